@@ -1,0 +1,57 @@
+# agentfleet: `make run` runs one query end to end; `make test` runs every test.
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := bin
+GOTEST_FLAGS ?= -race -timeout 20m
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## build the worker, dispatcher, stand-in agent and dev NATS server into bin/
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -o $(BIN)/dispatcher ./cmd/dispatcher
+	$(GO) build -o $(BIN)/fleet-standin-agent ./cmd/fleet-standin-agent
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
+test: test/go test/bridge ## run every test (Go with the race detector, and the bridge Worker's vitest suite)
+
+test/go: ## Go tests with the race detector
+	$(GO) vet ./...
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+test/short: ## Go tests without the slow ones
+	$(GO) test -short -timeout 10m ./...
+
+test/bridge: ## the Cloudflare bridge Worker: typecheck and vitest (needs `npm ci` in deploy/cloudflare)
+	@if [[ -d deploy/cloudflare/node_modules ]]; then \
+		cd deploy/cloudflare && npm run --silent typecheck && npm test --silent; \
+	else \
+		echo "deploy/cloudflare/node_modules missing: run 'npm ci' there (.ci/run does)"; exit 1; \
+	fi
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: ## the fleet benchmarks (name value unit, each beside its baseline) and Go micro-benchmarks
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/bench/ | tee /dev/stderr | grep -E '^[a-z_0-9]+ [0-9.]+ [a-zA-Z/%]+$$' || true
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
+
+run: build ## run one query end to end: embedded NATS, dispatcher, worker, local storage and sandbox
+	./scripts/run.sh
+
+tidy: ## go mod tidy
+	$(GO) mod tidy
+
+verify: ## go.mod tidy and golden files current
+	$(GO) mod tidy -diff
+
+up: ## docker compose up (needs a Docker engine)
+	docker compose up -d --build
+
+down: ## docker compose down
+	docker compose down
+
+.PHONY: help build test test/go test/short test/bridge lint bench run tidy verify up down

@@ -1,0 +1,143 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// State is a query's lifecycle state.
+type State string
+
+// The lifecycle states of SPEC 3.2.
+const (
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateRetrying  State = "retrying"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+)
+
+// Terminal reports whether s ends a query.
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled
+}
+
+// Error codes carried in StatusEvent.Error.Code and API error replies.
+const (
+	CodeInvalidJob         = "invalid_job"         // the job failed validation; never retried
+	CodeAgentError         = "agent_error"         // the agent's result had is_error:true
+	CodeCancelled          = "cancelled"           // cancelled by a user
+	CodeTimeout            = "timeout"             // options.timeout_s elapsed
+	CodeProcessExit        = "process_exit"        // the agent exited or crashed without a result
+	CodeSpawnFailed        = "spawn_failed"        // the agent could not be started
+	CodeOutputTooLarge     = "output_too_large"    // the agent's output broke a hard limit
+	CodeSandboxUnavailable = "sandbox_unavailable" // the sandbox provider failed (retryable)
+	CodeMaxDeliveries      = "max_deliveries"      // the job was redelivered too often (dead letter)
+	CodeNotFound           = "not_found"           // API: no such query
+	CodeInternal           = "internal"            // anything else
+)
+
+// ErrorInfo is the error object of status events and API replies.
+type ErrorInfo struct {
+	Code    string `json:"code" msgpack:"code"`
+	Message string `json:"message" msgpack:"message"`
+}
+
+// ResultSummary is what a status event says of the agent's final result line.
+type ResultSummary struct {
+	Subtype      string          `json:"subtype,omitempty" msgpack:"subtype,omitempty"`
+	IsError      bool            `json:"is_error" msgpack:"is_error"`
+	NumTurns     int             `json:"num_turns,omitempty" msgpack:"num_turns,omitempty"`
+	DurationMS   int64           `json:"duration_ms,omitempty" msgpack:"duration_ms,omitempty"`
+	TotalCostUSD float64         `json:"total_cost_usd,omitempty" msgpack:"total_cost_usd,omitempty"`
+	SessionID    string          `json:"session_id,omitempty" msgpack:"session_id,omitempty"`
+	Errors       []string        `json:"errors,omitempty" msgpack:"errors,omitempty"`
+	Usage        json.RawMessage `json:"usage,omitempty" msgpack:"-"`
+	Synthetic    bool            `json:"synthetic,omitempty" msgpack:"synthetic,omitempty"`
+	Lines        uint64          `json:"lines,omitempty" msgpack:"lines,omitempty"`
+	LastSeq      uint64          `json:"last_seq,omitempty" msgpack:"last_seq,omitempty"`
+}
+
+// StatusEvent is published on <prefix>.query.<tenant>.<id>.status and kept as
+// the query's status record in storage.
+type StatusEvent struct {
+	V        int               `json:"v" msgpack:"v"`
+	ID       string            `json:"id" msgpack:"id"`
+	Tenant   string            `json:"tenant" msgpack:"tenant"`
+	State    State             `json:"state" msgpack:"state"`
+	Attempt  int               `json:"attempt" msgpack:"attempt"`
+	Worker   string            `json:"worker,omitempty" msgpack:"worker,omitempty"`
+	At       time.Time         `json:"at" msgpack:"at"`
+	Error    *ErrorInfo        `json:"error,omitempty" msgpack:"error,omitempty"`
+	Result   *ResultSummary    `json:"result,omitempty" msgpack:"result,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+}
+
+// SchemaVersion is the V of every envelope this code writes.
+const SchemaVersion = 1
+
+// Message headers of SPEC 3.2.
+const (
+	HeaderSeq         = "Fleet-Seq"
+	HeaderAttempt     = "Fleet-Attempt"
+	HeaderMsgID       = "Nats-Msg-Id"
+	HeaderContentType = "Content-Type"
+	// HeaderReason carries a reason on dead letters.
+	HeaderReason = "Fleet-Reason"
+)
+
+// Content types understood by DecodeJob.
+const (
+	ContentTypeJSON    = "application/json"
+	ContentTypeMsgpack = "application/msgpack"
+)
+
+// CtlOp is a control message on <prefix>.query.<tenant>.<id>.ctl.
+type CtlOp struct {
+	Op string `json:"op" msgpack:"op"`
+	// Attempt is set on "fence": runs of earlier attempts must stop relaying.
+	Attempt int `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
+}
+
+// Control operations.
+const (
+	OpCancel = "cancel"
+	OpFence  = "fence"
+)
+
+// SubmitReply is the dispatcher's answer on <prefix>.api.submit.
+type SubmitReply struct {
+	ID       string         `json:"id,omitempty"`
+	Tenant   string         `json:"tenant,omitempty"`
+	Subjects *QuerySubjects `json:"subjects,omitempty"`
+	Error    *ErrorInfo     `json:"error,omitempty"`
+}
+
+// QuerySubjects names a query's three subjects.
+type QuerySubjects struct {
+	Msg    string `json:"msg"`
+	Status string `json:"status"`
+	Ctl    string `json:"ctl"`
+}
+
+// QueryRef names one query in API requests (cancel, status).
+type QueryRef struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+}
+
+// APIReply is the generic answer of cancel, status and list.
+type APIReply struct {
+	OK      bool          `json:"ok,omitempty"`
+	Status  *StatusEvent  `json:"status,omitempty"`
+	Queries []StatusEvent `json:"queries,omitempty"`
+	Error   *ErrorInfo    `json:"error,omitempty"`
+}
+
+// ListRequest asks the dispatcher for recent queries.
+type ListRequest struct {
+	Tenant string `json:"tenant,omitempty"`
+	State  State  `json:"state,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+}
