@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -87,6 +88,19 @@ const (
 	HeaderReason = "Fleet-Reason"
 )
 
+// LineMsgID is the Nats-Msg-Id of one relayed line:
+// <tenant>.<id>.<attempt>.<seq>. SPEC 3.2 says <id>.<attempt>.<seq>; the
+// tenant is added because JetStream dedupes per stream while ids are unique
+// only within a tenant, so two tenants' queries with the same id would
+// otherwise drop each other's lines.
+func LineMsgID(tenant, id string, attempt int, seq uint64) string {
+	return tenant + "." + id + "." + strconv.Itoa(attempt) + "." + strconv.FormatUint(seq, 10)
+}
+
+// JobMsgID is the Nats-Msg-Id the dispatcher gives a job: <tenant>.<id>
+// (dedupe per tenant; see LineMsgID).
+func JobMsgID(tenant, id string) string { return tenant + "." + id }
+
 // Content types understood by DecodeJob.
 const (
 	ContentTypeJSON    = "application/json"
@@ -108,36 +122,36 @@ const (
 
 // SubmitReply is the dispatcher's answer on <prefix>.api.submit.
 type SubmitReply struct {
-	ID       string         `json:"id,omitempty"`
-	Tenant   string         `json:"tenant,omitempty"`
-	Subjects *QuerySubjects `json:"subjects,omitempty"`
-	Error    *ErrorInfo     `json:"error,omitempty"`
+	ID       string         `json:"id,omitempty" msgpack:"id,omitempty"`
+	Tenant   string         `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
+	Subjects *QuerySubjects `json:"subjects,omitempty" msgpack:"subjects,omitempty"`
+	Error    *ErrorInfo     `json:"error,omitempty" msgpack:"error,omitempty"`
 }
 
 // QuerySubjects names a query's three subjects.
 type QuerySubjects struct {
-	Msg    string `json:"msg"`
-	Status string `json:"status"`
-	Ctl    string `json:"ctl"`
+	Msg    string `json:"msg" msgpack:"msg"`
+	Status string `json:"status" msgpack:"status"`
+	Ctl    string `json:"ctl" msgpack:"ctl"`
 }
 
 // QueryRef names one query in API requests (cancel, status).
 type QueryRef struct {
-	ID     string `json:"id"`
-	Tenant string `json:"tenant,omitempty"`
+	ID     string `json:"id" msgpack:"id"`
+	Tenant string `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 }
 
 // APIReply is the generic answer of cancel, status and list.
 type APIReply struct {
-	OK      bool          `json:"ok,omitempty"`
-	Status  *StatusEvent  `json:"status,omitempty"`
-	Queries []StatusEvent `json:"queries,omitempty"`
-	Error   *ErrorInfo    `json:"error,omitempty"`
+	OK      bool          `json:"ok,omitempty" msgpack:"ok,omitempty"`
+	Status  *StatusEvent  `json:"status,omitempty" msgpack:"status,omitempty"`
+	Queries []StatusEvent `json:"queries,omitempty" msgpack:"queries,omitempty"`
+	Error   *ErrorInfo    `json:"error,omitempty" msgpack:"error,omitempty"`
 }
 
 // ListRequest asks the dispatcher for recent queries.
 type ListRequest struct {
-	Tenant string `json:"tenant,omitempty"`
-	State  State  `json:"state,omitempty"`
-	Limit  int    `json:"limit,omitempty"`
+	Tenant string `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
+	State  State  `json:"state,omitempty" msgpack:"state,omitempty"`
+	Limit  int    `json:"limit,omitempty" msgpack:"limit,omitempty"`
 }

@@ -126,14 +126,16 @@ func (n Names) ParseJobSubject(subject string) (tenant string, err error) {
 	return rest, nil
 }
 
-// ParseQuerySubject splits <prefix>.query.<tenant>.<id>.<kind>.
+// ParseQuerySubject splits <prefix>.query.<tenant>.<id>.<kind>. ok is false
+// unless tenant matches TenantPattern, id matches IDPattern and kind is not
+// empty.
 func (n Names) ParseQuerySubject(subject string) (tenant, id, kind string, ok bool) {
 	rest, found := strings.CutPrefix(subject, n.p()+".query.")
 	if !found {
 		return "", "", "", false
 	}
 	parts := strings.Split(rest, ".")
-	if len(parts) != 3 {
+	if len(parts) != 3 || !ValidTenant(parts[0]) || !ValidID(parts[1]) || parts[2] == "" {
 		return "", "", "", false
 	}
 	return parts[0], parts[1], parts[2], true
