@@ -1,0 +1,92 @@
+// Package sandbox runs agent processes in isolated places and moves files in
+// and out of them. One contract, several providers: Local (a child process
+// on this machine) and Cloudflare (a Cloudflare Sandbox reached through our
+// bridge Worker).
+//
+// # Contract
+//
+// A Provider creates a Sandbox named by Spec.ID ([A-Za-z0-9_-], at most 128
+// bytes). A Sandbox starts processes and reads and writes files relative to
+// its workspace; Destroy stops every process and removes the sandbox. A
+// Process streams its stdout, keeps the tail of its stderr, and ends with an
+// ExitStatus.
+//
+//	sb, err := provider.Create(ctx, sandbox.Spec{ID: "job-42"})
+//	err = sb.WriteFile(ctx, "prompt.txt", prompt)
+//	p, err := sb.Start(ctx, sandbox.ProcSpec{ID: "attempt-1", Argv: argv, Stdin: prompt})
+//	// read p.Stdout() to EOF, then:
+//	st, err := p.Wait(ctx)          // st.Code, st.Signal, st.StderrTail
+//	err = sb.Destroy(ctx)
+//
+// Argv is executed directly, never through a shell; Argv[0] is looked up in
+// the child's PATH. ProcSpec.Stdin is written to the process's stdin, which is
+// then closed (a child that never reads it is fine). The package
+// sandboxtest holds the suite every provider passes; read it as the
+// executable form of this contract.
+//
+// # Ordering
+//
+// Stdout arrives in the order the process wrote it, as it is written, and
+// ends with io.EOF. Stderr is a separate stream: it is drained all the time
+// (a process writing megabytes of stderr before any stdout never blocks),
+// optionally copied to ProcSpec.Stderr, and its last StderrTailBytes (8 KiB
+// by default) are kept for ExitStatus.StderrTail. There is no ordering
+// between stdout and stderr. Stdout is not buffered without bound: a caller
+// that stops reading it stalls the process, so read it to EOF (from its own
+// goroutine if the caller also waits on something else).
+//
+// # Stopping and failure
+//
+// Callers own cancellation and timeouts: they call Process.Stop(ctx, grace),
+// which sends SIGTERM to the whole process group, waits up to grace for the
+// process to exit, then sends SIGKILL; Stop on a process that already exited
+// returns ErrExited. Wait returns once the process has exited, even if a
+// descendant still holds its output open; its error is only for a status that
+// could not be learnt (ctx done, or ErrUnavailable from a remote provider).
+// A process killed by a signal has Code -1 and Signal set ("SIGKILL") when
+// the provider can tell (Local always can).
+//
+// Errors wrap the sentinels, compared with errors.Is: ErrInvalid for a bad
+// request (bad ID, empty Argv, a path outside the workspace), ErrNotFound for
+// a missing file, ErrClosed after Destroy, ErrExited from Stop, and
+// ErrUnavailable for a provider that could not be reached (Retryable). A
+// program that cannot be started at all is a *SpawnError (also ErrInvalid),
+// so the agent runner can report "spawn_failed".
+//
+// # Secrets and environment
+//
+// A process's environment is built, never inherited: the provider starts
+// from nothing, adds what its configuration allows, then Spec.Env, then
+// ProcSpec.Env (later wins). The deny-list (DeniedEnv) is applied last and
+// wins over everything: CLAUDECODE and every FLEET_*, NATS_*, AWS_*, R2_*,
+// CLOUDFLARE_* and CF_* variable are dropped, so the worker's NATS
+// credentials, storage keys and bridge token cannot reach an agent even if a
+// caller puts them in Spec.Env by mistake. Dropped names (never values) are
+// logged. Nothing in this package logs argv, stdin, output or environment
+// values.
+//
+// # Local
+//
+// Local gives each sandbox a directory Root/<id> with work/ (the workspace
+// and default working directory), home/ (HOME), home/.claude
+// (CLAUDE_CONFIG_DIR) and tmp/ (TMPDIR); those three variables always point
+// there whatever Env says. The environment is the base allow-list (PATH,
+// LANG, LC_ALL, LC_CTYPE, TZ, TERM, USER, LOGNAME) plus LocalConfig.EnvAllow
+// copied from the worker's environment, then LocalConfig.Env, Spec.Env and
+// ProcSpec.Env, then the deny-list. ANTHROPIC_API_KEY reaches the agent only
+// if the operator lists it in EnvAllow.
+//
+// Each process is a child in its own process group, with Pdeathsig SIGKILL on
+// Linux so it dies with the worker. When the leader exits, whatever is left of
+// its group is killed, so no descendant outlives the run; Stop and Destroy
+// signal the whole group. WriteFile and ReadFile go through os.Root, so
+// absolute paths, ".." and symlinks leading out of the workspace give
+// ErrInvalid. Destroy also removes read-only trees an agent left behind.
+//
+// Local isolates environment, directories and process lifetime; it is not a
+// security boundary. Processes run as the worker's user and can read what
+// that user can; a descendant that leaves the process group (setsid) is not
+// killed, though Wait and stdout still end LocalConfig.WaitDelay after the
+// leader exits. Run untrusted agents under the Cloudflare provider or inside a
+// container.
+package sandbox
