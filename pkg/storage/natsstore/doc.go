@@ -1,0 +1,51 @@
+// Package natsstore implements storage.Store on NATS JetStream, the nats://
+// backend: no service besides the NATS server the fleet already runs.
+//
+//   - KV (NewKV) keeps small records in a JetStream Key-Value bucket; the
+//     fleet uses it for status records (bucket FLEET_STATUS). It implements
+//     storage.Creator with kv.Create. Values are limited by the server's
+//     max_payload (1 MiB by default); larger ones fail with storage.ErrTooLarge.
+//   - Objects (NewObjects) keeps objects of any size in a JetStream Object
+//     Store bucket, chunked by nats.go; the fleet uses it for transcripts and
+//     journal chunks (bucket FLEET_TRANSCRIPTS). It implements
+//     storage.StreamPutter; it does not implement storage.Creator, because
+//     the Object Store has no create-if-absent.
+//
+// # Buckets
+//
+// The constructors open the bucket if it exists, whatever its settings (so an
+// operator may create it first with replicas, limits or placement), and
+// create it with file storage and the given replicas if it does not. Start
+// order between processes does not matter: a lost creation race is retried as
+// an open.
+//
+// # Keys
+//
+// A KV key is a NATS subject, where '.' separates tokens. KV maps a store key
+// to a KV key by swapping '/' and '.': "status/t/q1.json" is stored as
+// "status.t.q1/json". The mapping is one to one on valid keys (segments are
+// never empty, so no "..", and a key never starts or ends with '/'), keeps
+// every key a valid KV key, and turns our '/' segments into subject tokens, so
+// List of a prefix ending in '/' is a server-side subject filter
+// ("status.t.>"). Object names are free-form in the Object Store and are the
+// store keys unchanged.
+//
+// # Consistency and cost
+//
+// Both are strongly consistent: a Put acknowledged by JetStream is seen by
+// every later Get and List. Objects.List reads the metadata of every object
+// in the bucket and filters it in the client (the Object Store has no
+// server-side name filter), so it costs one small message per object stored.
+//
+// # Errors and deadlines
+//
+// Errors wrap storage.ErrNotFound, ErrExists, ErrInvalidKey and ErrTooLarge
+// as the storage package documents. Errors that mean "NATS or JetStream is
+// not reachable right now" (no responders, timeouts, a closed or
+// reconnecting connection) also wrap storage.ErrUnavailable, so callers can
+// retry them. A call whose context has no deadline gets DefaultTimeout: an
+// Object Store Get without a deadline can leak when the server stalls
+// (nats.go issue 1848).
+//
+// Close does not close the NATS connection, which belongs to the caller.
+package natsstore
