@@ -1,0 +1,272 @@
+// Package standin is the bundled STAND-IN agent: a small program that speaks
+// Claude Code's stream-json output (`claude -p --output-format stream-json
+// --verbose`) without calling any model. It lets the whole fleet run offline:
+// `make run` uses it when `claude` is not installed, and the tests and
+// benchmarks use it as a well-behaved agent.
+//
+// It is named as a stand-in wherever it shows: its init line reports model
+// "fleet-standin" and version "fleet-standin", and its answer starts with
+// "[stand-in agent]".
+//
+// It reads the prompt from stdin to EOF (as the worker sends it), accepts and
+// ignores the claude flags the worker passes, and then either
+//   - echoes: writes an init line, one assistant text line quoting the
+//     prompt, and a success result; or
+//   - replays a recorded real session unchanged (--standin-replay=NAME, NAME
+//     one of plain-text, read-tool, tool-use-mcp).
+//
+// A prompt that starts with "/standin" is read as test directives instead
+// (space-separated key=value), so tests and benchmarks can script it:
+//
+//	lines=N      N extra assistant lines before the result
+//	size=B       pad each extra line to about B bytes
+//	big=B        one assistant line of B bytes
+//	delay=D      sleep D (Go duration) between lines
+//	sleep=D      sleep D before the result
+//	stderr=B     write B bytes to stderr first
+//	noresult=1   exit without a result
+//	exit=N       exit code (default 0; with a result, 1 when is_error)
+//	error=1      the result has is_error:true
+//	results=N    write N result lines
+//	hang=1       after the result, never exit (until killed)
+//	env=NAME     write one assistant line with the value of $NAME ("" if unset)
+//	stamp=1      each extra line carries its write time as "t=<unix ns>"
+package standin
+
+import (
+	"bufio"
+	"crypto/rand"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed sessions/*.ndjson
+var sessions embed.FS
+
+// Model is the model name the stand-in reports.
+const Model = "fleet-standin"
+
+// Main runs the stand-in with args (without the program name) and returns
+// the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	replay := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--standin-replay="); ok {
+			replay = v
+		}
+	}
+	prompt, err := io.ReadAll(stdin)
+	if err != nil {
+		fmt.Fprintln(stderr, "stand-in agent: reading the prompt:", err)
+		return 2
+	}
+	w := bufio.NewWriterSize(stdout, 64<<10)
+	defer w.Flush()
+	if replay != "" {
+		b, err := sessions.ReadFile("sessions/" + replay + ".ndjson")
+		if err != nil {
+			fmt.Fprintf(stderr, "stand-in agent: no recorded session %q\n", replay)
+			return 2
+		}
+		_, _ = w.Write(b)
+		return 0
+	}
+	d, err := parseDirectives(string(prompt))
+	if err != nil {
+		fmt.Fprintln(stderr, "stand-in agent:", err)
+		return 2
+	}
+	return run(d, string(prompt), w, stderr)
+}
+
+type directives struct {
+	lines, size, big, stderr, exit, results int
+	delay, sleep                            time.Duration
+	noResult, isError, hang, stamp          bool
+	env                                     string
+	exitSet                                 bool
+}
+
+func parseDirectives(prompt string) (directives, error) {
+	d := directives{results: 1}
+	rest, ok := strings.CutPrefix(prompt, "/standin")
+	if !ok {
+		return d, nil
+	}
+	for _, f := range strings.Fields(rest) {
+		k, v, _ := strings.Cut(f, "=")
+		var err error
+		switch k {
+		case "lines":
+			d.lines, err = strconv.Atoi(v)
+		case "size":
+			d.size, err = strconv.Atoi(v)
+		case "big":
+			d.big, err = strconv.Atoi(v)
+		case "stderr":
+			d.stderr, err = strconv.Atoi(v)
+		case "exit":
+			d.exit, err = strconv.Atoi(v)
+			d.exitSet = true
+		case "results":
+			d.results, err = strconv.Atoi(v)
+		case "delay":
+			d.delay, err = time.ParseDuration(v)
+		case "sleep":
+			d.sleep, err = time.ParseDuration(v)
+		case "noresult":
+			d.noResult = v == "1"
+		case "error":
+			d.isError = v == "1"
+		case "hang":
+			d.hang = v == "1"
+		case "stamp":
+			d.stamp = v == "1"
+		case "env":
+			d.env = v
+		default:
+			// Unknown words are part of the prompt text; ignore them.
+		}
+		if err != nil {
+			return d, fmt.Errorf("directive %s: %w", f, err)
+		}
+	}
+	return d, nil
+}
+
+func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
+	start := time.Now()
+	session := uuid()
+	cwd, _ := os.Getwd()
+	if d.stderr > 0 {
+		_, _ = stderr.Write([]byte(strings.Repeat("e", d.stderr)))
+	}
+	emit := func(v any) {
+		b, _ := json.Marshal(v)
+		_, _ = w.Write(b)
+		_ = w.WriteByte('\n')
+	}
+	flush := func() { _ = w.Flush() }
+	emit(ordered{
+		{"type", "system"}, {"subtype", "init"}, {"cwd", cwd}, {"session_id", session},
+		{"tools", []string{}}, {"mcp_servers", []string{}}, {"model", Model},
+		{"permissionMode", "default"}, {"apiKeySource", "none"},
+		{"claude_code_version", "fleet-standin"}, {"output_style", "default"}, {"uuid", uuid()},
+	})
+	text := "[stand-in agent] This is the bundled stand-in, not Claude. You asked: " + quote(prompt)
+	emitText := func(n int, t string) {
+		emit(ordered{
+			{"type", "assistant"},
+			{"message", ordered{
+				{"id", fmt.Sprintf("msg_standin_%d", n)}, {"type", "message"}, {"role", "assistant"},
+				{"model", Model}, {"content", []any{ordered{{"type", "text"}, {"text", t}}}},
+				{"stop_reason", nil}, {"stop_sequence", nil},
+				{"usage", ordered{{"input_tokens", 0}, {"output_tokens", 0}}},
+			}},
+			{"parent_tool_use_id", nil}, {"session_id", session}, {"uuid", uuid()},
+		})
+	}
+	emitText(0, text)
+	flush()
+	if d.env != "" {
+		emitText(1, d.env+"="+os.Getenv(d.env))
+		flush()
+	}
+	if d.big > 0 {
+		emitText(2, strings.Repeat("b", d.big))
+		flush()
+	}
+	for i := range d.lines {
+		if d.delay > 0 {
+			flush()
+			time.Sleep(d.delay)
+		}
+		t := fmt.Sprintf("line %d", i+1)
+		if d.stamp {
+			t += fmt.Sprintf(" t=%d", time.Now().UnixNano())
+		}
+		if pad := d.size - 260 - len(t); pad > 0 {
+			t += " " + strings.Repeat("x", pad)
+		}
+		emitText(3+i, t)
+	}
+	flush()
+	if d.sleep > 0 {
+		time.Sleep(d.sleep)
+	}
+	if d.noResult {
+		flush()
+		return d.exit
+	}
+	for range d.results {
+		emit(ordered{
+			{"type", "result"}, {"subtype", "success"}, {"is_error", d.isError},
+			{"duration_ms", time.Since(start).Milliseconds()}, {"duration_api_ms", 0}, {"num_turns", 1},
+			{"result", text}, {"stop_reason", "end_turn"}, {"session_id", session}, {"total_cost_usd", 0},
+			{"usage", ordered{{"input_tokens", 0}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}}},
+			{"modelUsage", ordered{}}, {"permission_denials", []any{}}, {"uuid", uuid()},
+		})
+	}
+	flush()
+	if d.hang {
+		select {}
+	}
+	if d.exitSet {
+		return d.exit
+	}
+	if d.isError {
+		return 1
+	}
+	return 0
+}
+
+func quote(s string) string {
+	const max = 2000
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return strings.TrimSpace(s)
+}
+
+// ordered is a JSON object that keeps its key order, like the real CLI's output.
+type ordered []kv
+
+type kv struct {
+	k string
+	v any
+}
+
+// MarshalJSON writes the keys in order.
+func (o ordered) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(e.k)
+		b.Write(k)
+		b.WriteByte(':')
+		v, err := json.Marshal(e.v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return []byte(b.String()), nil
+}
+
+func uuid() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
