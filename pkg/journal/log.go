@@ -1,0 +1,348 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// smallLine is the largest line Append copies into one buffer to write the
+// record with a single write call; longer lines are written header first.
+const smallLine = 64 << 10
+
+// Log is the journal of one attempt of one query. Append and Close never
+// wait for storage. A Log is safe for concurrent use, but appends of one
+// query come from one reader of the agent's stdout, in seq order.
+type Log struct {
+	j         *Journal
+	key       logKey
+	walPath   string
+	statePath string
+	logger    zerolog.Logger
+	wake      chan struct{} // capacity 1: "look again" for the flusher
+	finished  chan struct{} // closed when the flusher goroutine returns
+
+	// stateMu serialises state file writes and the final removal; it is
+	// taken before mu, never after.
+	stateMu sync.Mutex
+	removed bool // local files are gone; no more state writes
+
+	mu       sync.Mutex
+	f        *os.File // append handle; nil once closed (Close, Stop, recovered logs)
+	scratch  []byte
+	lastSeq  uint64
+	writeOff int64 // end of the last complete record
+	dirty    bool  // written since the last fsync
+	broken   error // a failed write could not be rolled back
+	closed   bool
+	final    bool
+
+	// Flusher view. flushedOff is the offset of the first record not yet
+	// in storage; lines/bytes from there to writeOff are pending.
+	flushedOff   int64
+	flushedSeq   uint64
+	pendingLines int64
+	pendingBytes int64
+	target       int64     // flush everything before this offset, whatever its size
+	oldestAt     time.Time // append time of the oldest pending line not yet targeted
+	inflight     *seqRange // chunk recorded in the state file, being uploaded
+	forcedEnd    int64     // recovered in-flight chunk: re-put exactly [flushedOff, forcedEnd)
+	done         bool      // the flusher returned
+	persisted    bool      // everything in storage (and assembled if final); files removed
+	failErr      error     // why the flusher gave up
+}
+
+func (j *Journal) newLog(key logKey) *Log {
+	dir := filepath.Join(j.cfg.Dir, key.tenant, key.id)
+	base := strconv.Itoa(key.attempt)
+	return &Log{
+		j:         j,
+		key:       key,
+		walPath:   filepath.Join(dir, base+walSuffix),
+		statePath: filepath.Join(dir, base+stateSuffix),
+		logger: j.logger.With().Str("tenant", key.tenant).Str("query_id", key.id).
+			Int("attempt", key.attempt).Logger(),
+		wake:     make(chan struct{}, 1),
+		finished: make(chan struct{}),
+	}
+}
+
+// create makes the log's state file and WAL. Called with j.mu held.
+func (l *Log) create() error {
+	dir := filepath.Dir(l.walPath)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create log dir: %w", err)
+	}
+	// The state file comes first: a WAL without a state file would be
+	// recovered without its chunk boundaries.
+	if err := l.writeState(); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(l.walPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		_ = os.Remove(l.statePath)
+		return fmt.Errorf("create WAL: %w", err)
+	}
+	switch l.j.cfg.Fsync {
+	case FsyncAlways:
+		for _, d := range []string{dir, filepath.Dir(dir), l.j.cfg.Dir} {
+			if err := syncDir(d); err != nil {
+				_ = f.Close()
+				return err
+			}
+		}
+	case FsyncInterval:
+		if err := syncDir(dir); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	l.f = f
+	return nil
+}
+
+// Append writes the line with Fleet-Seq seq to the local journal: one write
+// call, plus an fsync under FsyncAlways. It never waits for storage and does
+// not keep line. seq must be greater than the previous one (ErrSeqOrder),
+// and the first at least 1. It returns ErrInvalidLine for a line with a
+// '\n' or longer than MaxLineBytes, ErrClosed after Close and ErrStopped once
+// Stop closed the files. On a write error nothing is recorded and the call
+// may be repeated with the same seq; on an fsync error (FsyncAlways) the line
+// is recorded and will be persisted, but may not survive a power loss.
+func (l *Log) Append(seq uint64, line []byte) error {
+	if len(line) > MaxLineBytes {
+		return fmt.Errorf("journal: append %s seq %d: %w: %d bytes, limit %d", l.key, seq, ErrInvalidLine, len(line), MaxLineBytes)
+	}
+	if bytes.IndexByte(line, '\n') >= 0 {
+		return fmt.Errorf("journal: append %s seq %d: %w: contains a newline", l.key, seq, ErrInvalidLine)
+	}
+	cfg := &l.j.cfg
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, ErrClosed)
+	case l.f == nil:
+		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, ErrStopped)
+	case l.broken != nil:
+		return fmt.Errorf("journal: append %s seq %d: log unusable after a failed write: %w", l.key, seq, l.broken)
+	case seq <= l.lastSeq:
+		return fmt.Errorf("journal: append %s seq %d: %w (last seq %d)", l.key, seq, ErrSeqOrder, l.lastSeq)
+	}
+	var err error
+	if len(line) <= smallLine {
+		l.scratch = appendRecord(l.scratch[:0], seq, line)
+		_, err = l.f.Write(l.scratch)
+	} else {
+		var h [headerSize]byte
+		putHeader(&h, seq, line)
+		if _, err = l.f.Write(h[:]); err == nil {
+			_, err = l.f.Write(line)
+		}
+	}
+	if err != nil {
+		// Roll back a partial record so the next one starts at writeOff.
+		if terr := l.f.Truncate(l.writeOff); terr != nil {
+			l.broken = errors.Join(err, terr)
+		}
+		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
+	}
+	n := int64(len(line)) + 1
+	l.lastSeq = seq
+	l.writeOff += headerSize + int64(len(line))
+	l.pendingLines++
+	l.pendingBytes += n
+	l.j.backlogLines.Add(1)
+	l.j.backlogBytes.Add(n)
+	wake := false
+	if l.oldestAt.IsZero() {
+		l.oldestAt = cfg.Test.NowFunc() // arms the flusher's FlushInterval timer
+		wake = true
+	}
+	if l.pendingBytes >= int64(cfg.ChunkBytes) && l.pendingBytes-n < int64(cfg.ChunkBytes) {
+		wake = true
+	}
+	if wake {
+		l.signal()
+	}
+	switch cfg.Fsync {
+	case FsyncAlways:
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("journal: append %s seq %d: line recorded but fsync failed: %w", l.key, seq, err)
+		}
+	case FsyncInterval:
+		l.dirty = true
+	}
+	return nil
+}
+
+// Close ends the log: no more appends. It fsyncs (unless FsyncNever) and
+// closes the WAL, records the closed and final flags in the state file, and
+// returns without waiting for storage (WaitPersisted does). With final=true
+// the flusher calls Config.AssembleFunc once every chunk is persisted, then
+// removes the local files; with final=false (the job was handed back or
+// abandoned) it flushes the chunks and removes the files, without assembly.
+// Closing twice returns ErrClosed.
+func (l *Log) Close(final bool) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return fmt.Errorf("journal: close %s: %w", l.key, ErrClosed)
+	}
+	l.closed = true
+	l.final = final
+	f := l.f
+	l.f, l.dirty = nil, false // the flusher reads through its own handle
+	l.mu.Unlock()
+	var err error
+	if f != nil {
+		if l.j.cfg.Fsync != FsyncNever {
+			if serr := f.Sync(); serr != nil {
+				err = fmt.Errorf("fsync WAL: %w", serr)
+			}
+		}
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close WAL: %w", cerr)
+		}
+	}
+	err = errors.Join(err, l.writeState())
+	l.signal()
+	if err != nil {
+		return fmt.Errorf("journal: close %s: %w", l.key, err)
+	}
+	return nil
+}
+
+func (l *Log) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeState replaces the state file with the log's current state.
+func (l *Log) writeState() error {
+	l.stateMu.Lock()
+	defer l.stateMu.Unlock()
+	if l.removed {
+		return nil
+	}
+	l.mu.Lock()
+	st := logState{
+		V:          stateVersion,
+		Tenant:     l.key.tenant,
+		ID:         l.key.id,
+		Attempt:    l.key.attempt,
+		FlushedSeq: l.flushedSeq,
+		Pending:    l.inflight,
+		Closed:     l.closed,
+		Final:      l.final,
+	}
+	l.mu.Unlock()
+	return writeStateFile(l.statePath, st, l.j.cfg.Fsync != FsyncNever)
+}
+
+// removeFiles deletes the WAL, then the state file: a state file without WAL
+// is harmless on recovery, a WAL without its state file would lose the
+// chunk boundaries.
+func (l *Log) removeFiles() error {
+	l.closeFile()
+	l.stateMu.Lock()
+	defer l.stateMu.Unlock()
+	if err := os.Remove(l.walPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove WAL: %w", err)
+	}
+	if err := os.Remove(l.statePath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove state: %w", err)
+	}
+	l.removed = true
+	return nil
+}
+
+func (l *Log) closeFile() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		_ = l.f.Close()
+		l.f = nil
+	}
+}
+
+// syncIfDirty is the FsyncInterval group commit for this log.
+func (l *Log) syncIfDirty() {
+	l.mu.Lock()
+	if !l.dirty || l.f == nil {
+		l.mu.Unlock()
+		return
+	}
+	f := l.f
+	l.dirty = false
+	l.mu.Unlock()
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		l.mu.Lock()
+		l.dirty = true
+		l.mu.Unlock()
+		l.j.logRetry(&l.logger, "fsync WAL", 0, l.j.cfg.FsyncInterval, err)
+	}
+}
+
+// status reports whether the log is closed, whether its flusher returned,
+// and, if it returned without persisting what it had to, why.
+func (l *Log) status() (closed, finished bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done && !l.persisted && l.failErr != nil {
+		err = fmt.Errorf("journal: %s: %w: %w", l.key, ErrNotPersisted, l.failErr)
+	}
+	return l.closed, l.done, err
+}
+
+func (l *Log) isPersisted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.persisted
+}
+
+// shutdown is Stop's last step for a log that is still indexed: fsync and
+// close the WAL. It returns a description of what is not persisted, or "".
+func (l *Log) shutdown() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		if l.j.cfg.Fsync != FsyncNever {
+			if err := l.f.Sync(); err != nil {
+				l.logger.Error().Err(err).Msg("journal: fsync WAL at stop")
+			}
+		}
+		_ = l.f.Close()
+		l.f = nil
+	}
+	if l.persisted {
+		return ""
+	}
+	var what string
+	switch {
+	case l.pendingLines > 0:
+		what = fmt.Sprintf("%d lines (%d bytes) not in storage", l.pendingLines, l.pendingBytes)
+	case l.closed && l.final:
+		what = "transcript not assembled"
+	case l.closed:
+		what = "local files not removed"
+	case l.failErr == nil:
+		return "" // open, everything flushed: the next Start just removes its files
+	default:
+		what = "not persisted"
+	}
+	if l.failErr != nil {
+		what += " (" + l.failErr.Error() + ")"
+	}
+	return l.key.String() + ": " + what
+}
