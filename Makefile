@@ -15,7 +15,7 @@ build: ## build the worker, dispatcher, stand-in agent and dev NATS server into 
 	$(GO) build -o $(BIN)/fleet-standin-agent ./cmd/fleet-standin-agent
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
-test: test/go test/bridge ## run every test (Go with the race detector, and the bridge Worker's vitest suite)
+test: test/bridge test/go ## run every test (the bridge Worker's vitest suite, then Go with the race detector)
 
 test/go: ## Go tests with the race detector
 	$(GO) vet ./...
@@ -24,12 +24,8 @@ test/go: ## Go tests with the race detector
 test/short: ## Go tests without the slow ones
 	$(GO) test -short -timeout 10m ./...
 
-test/bridge: ## the Cloudflare bridge Worker: typecheck and vitest (needs `npm ci` in deploy/cloudflare)
-	@if [[ -d deploy/cloudflare/node_modules ]]; then \
-		cd deploy/cloudflare && npm run --silent typecheck && npm test --silent; \
-	else \
-		echo "deploy/cloudflare/node_modules missing: run 'npm ci' there (.ci/run does)"; exit 1; \
-	fi
+test/bridge: ## the Cloudflare bridge Worker: npm ci (when needed), typecheck and vitest
+	./deploy/cloudflare/ci.sh
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

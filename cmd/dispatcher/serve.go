@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+
+	"github.com/agentfleet/agentfleet/internal/config"
+	"github.com/agentfleet/agentfleet/internal/dispatcher"
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
+	"github.com/agentfleet/agentfleet/internal/httpserve"
+	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage/backends"
+)
+
+func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fleetcli.IO) int {
+	fs := pflag.NewFlagSet("dispatcher serve", pflag.ContinueOnError)
+	var (
+		common                    config.Common
+		storageURL, statusURL     string
+		httpAddr                  string
+		maxConc, maxDeliver, reps int
+		ackWait, maxAge           time.Duration
+	)
+	config.AddCommon(fs, &common)
+	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
+	fs.StringVar(&statusURL, "status-storage", "", "status storage URL; defaults to --storage (env FLEET_STATUS_STORAGE)")
+	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics; 127.0.0.1:0 = off (env FLEET_HTTP)")
+	fs.IntVar(&maxConc, "max-concurrency", 64, "fleet-wide concurrency: the work consumer's MaxAckPending (env FLEET_MAX_CONCURRENCY)")
+	fs.DurationVar(&ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
+	fs.IntVar(&maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")
+	fs.DurationVar(&maxAge, "queries-max-age", 7*24*time.Hour, "how long per-query messages are kept for replay (env FLEET_QUERIES_MAX_AGE)")
+	fs.IntVar(&reps, "replicas", 1, "stream replicas (3 on a cluster) (env FLEET_REPLICAS)")
+	if err := config.Parse(fs, args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stdio.Err, err)
+		return fleetcli.ExitUsage
+	}
+	log, err := config.Logger(common, stdio.Err)
+	if err != nil {
+		fmt.Fprintln(stdio.Err, err)
+		return fleetcli.ExitUsage
+	}
+	go func() { // a second signal forces exit
+		<-ctx.Done()
+		stop()
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		log.Warn().Msg("second signal: exiting now")
+		os.Exit(1)
+	}()
+	nc, err := config.Connect(common, "fleet-dispatcher", log)
+	if err != nil {
+		log.Error().Err(err).Msg("connecting to NATS")
+		return 1
+	}
+	defer func() { _ = nc.Drain() }()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error().Err(err).Msg("jetstream")
+		return 1
+	}
+	names := protocol.NewNames(common.Prefix)
+	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log}
+	objects, err := backends.Open(ctx, storageURL, backends.Objects, deps)
+	if err != nil {
+		log.Error().Err(err).Msg("opening --storage")
+		return 1
+	}
+	defer objects.Close()
+	status, err := backends.Open(ctx, cmpOr(statusURL, storageURL), backends.Status, deps)
+	if err != nil {
+		log.Error().Err(err).Msg("opening --status-storage")
+		return 1
+	}
+	defer status.Close()
+	svc, err := dispatcher.New(dispatcher.Config{
+		NC: nc, Status: status, Objects: objects, Logger: &log,
+		Provision: provision.Config{Names: names, MaxConcurrency: maxConc, AckWait: ackWait, MaxDeliver: maxDeliver, QueriesMaxAge: maxAge, Replicas: reps},
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("dispatcher")
+		return 1
+	}
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = svc.Start(sctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		log.Warn().Err(err).Msg("starting the dispatcher; retrying")
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(2 * time.Second):
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hs, err := httpserve.Start(httpAddr, svc.Ready, reg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("--http")
+		return 1
+	}
+	<-ctx.Done()
+	log.Info().Msg("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = hs.Stop(sctx)
+	if err := svc.Stop(sctx); err != nil {
+		log.Warn().Err(err).Msg("stopping the dispatcher")
+	}
+	return 0
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

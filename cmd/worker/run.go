@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/shlex"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+
+	"github.com/agentfleet/agentfleet/internal/config"
+	"github.com/agentfleet/agentfleet/internal/httpserve"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/journal"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/storage/backends"
+)
+
+func run(ctx context.Context, stop context.CancelFunc, args []string) int {
+	fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+	var (
+		common                       config.Common
+		storageURL, agentCmd, sbName string
+		journalDir, httpAddr, sbDir  string
+		cfURL, cfToken               string
+		slots                        int
+		grace, resultGrace           time.Duration
+		agentEnv, jobEnvAllow        []string
+	)
+	config.AddCommon(fs, &common)
+	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
+	fs.StringVar(&agentCmd, "agent-cmd", "claude", "agent program and fixed leading args, split like a shell (never run by one) (env FLEET_AGENT_CMD)")
+	fs.StringVar(&sbName, "sandbox", "local", "default sandbox provider: local or cloudflare (env FLEET_SANDBOX)")
+	fs.IntVar(&slots, "slots", 4, "jobs run at once on this worker (env FLEET_SLOTS)")
+	fs.StringVar(&journalDir, "journal-dir", "./data/journal", "local journal directory (env FLEET_JOURNAL_DIR)")
+	fs.StringVar(&sbDir, "sandbox-dir", "./data/sandboxes", "where local sandboxes get their directories (env FLEET_SANDBOX_DIR)")
+	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics; 127.0.0.1:0 = off (env FLEET_HTTP)")
+	fs.DurationVar(&grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running jobs may finish before they are handed back (env FLEET_SHUTDOWN_GRACE)")
+	fs.DurationVar(&resultGrace, "result-grace", 10*time.Second, "how long the agent may take to exit after its result (env FLEET_RESULT_GRACE)")
+	fs.StringSliceVar(&agentEnv, "agent-env", []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"},
+		"variables copied from the worker's environment into the agent's (env FLEET_AGENT_ENV)")
+	fs.StringSliceVar(&jobEnvAllow, "job-env-allow", nil, "variables a job's options.env may set (env FLEET_JOB_ENV_ALLOW)")
+	fs.StringVar(&cfURL, "cf-bridge-url", "", "Cloudflare bridge Worker URL (env FLEET_CF_BRIDGE_URL)")
+	fs.StringVar(&cfToken, "cf-bridge-token", "", "Cloudflare bridge Worker token (env FLEET_CF_BRIDGE_TOKEN)")
+	if err := config.Parse(fs, args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	log, err := config.Logger(common, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	go func() { // a second signal forces exit
+		<-ctx.Done()
+		stop()
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		log.Warn().Msg("second signal: exiting now")
+		os.Exit(1)
+	}()
+	command, err := shlex.Split(agentCmd)
+	if err != nil || len(command) == 0 {
+		log.Error().Err(err).Msg("--agent-cmd must name a program")
+		return 2
+	}
+	if strings.Contains(command[0], "/") && !filepath.IsAbs(command[0]) {
+		// A relative path means relative to the worker, not to the
+		// sandbox's working directory.
+		if abs, err := filepath.Abs(command[0]); err == nil {
+			command[0] = abs
+		}
+	}
+
+	nc, err := config.Connect(common, "fleet-worker", log)
+	if err != nil {
+		log.Error().Err(err).Msg("connecting to NATS")
+		return 1
+	}
+	defer func() { _ = nc.Drain() }()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error().Err(err).Msg("jetstream")
+		return 1
+	}
+	names := protocol.NewNames(common.Prefix)
+	objects, err := backends.Open(ctx, storageURL, backends.Objects, backends.Deps{
+		JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log,
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("opening --storage")
+		return 1
+	}
+	defer objects.Close()
+
+	jl, err := journal.New(journal.Config{
+		Dir: journalDir, Store: objects, Logger: &log,
+		LargeLineBytes: int(nc.MaxPayload()) - 1024,
+		AssembleFunc: func(ctx context.Context, tenant, id string) error {
+			return storage.AssembleTranscript(ctx, objects, tenant, id)
+		},
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("journal")
+		return 1
+	}
+	if err := jl.Start(ctx); err != nil {
+		log.Error().Err(err).Msg("journal recovery")
+		return 1
+	}
+
+	providers := map[string]sandbox.Provider{}
+	absDir, _ := filepath.Abs(sbDir)
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: agentEnv, Logger: &log})
+	if err != nil {
+		log.Error().Err(err).Msg("local sandbox")
+		return 1
+	}
+	providers[protocol.SandboxLocal] = local
+	if cfURL != "" {
+		cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: cfURL, Token: cfToken, Logger: &log})
+		if err != nil {
+			log.Error().Err(err).Msg("cloudflare sandbox")
+			return 1
+		}
+		providers[protocol.SandboxCloudflare] = cf
+	}
+	runner, err := agent.New(agent.Config{Command: command, ResultGrace: resultGrace, Logger: &log})
+	if err != nil {
+		log.Error().Err(err).Msg("agent runner")
+		return 2
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	w, err := worker.New(worker.Config{
+		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName,
+		Runner: runner, Journal: jl, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
+		Metrics: worker.NewMetrics(reg, slots, jl.Backlog),
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("worker")
+		return 2
+	}
+	hs, err := httpserve.Start(httpAddr, w.Ready, reg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("--http")
+		return 1
+	}
+	if err := w.Start(ctx); err != nil {
+		log.Error().Err(err).Msg("starting")
+		return 1
+	}
+	log.Info().Str("worker", w.ID()).Strs("agent", command[:1]).Int("slots", slots).Msg("worker started")
+	<-ctx.Done()
+	log.Info().Dur("grace", grace).Msg("shutting down: no new jobs; running jobs may finish")
+	sctx, cancel := context.WithTimeout(context.Background(), grace+time.Minute)
+	defer cancel()
+	if err := w.Stop(sctx); err != nil {
+		log.Error().Err(err).Msg("stopping")
+	}
+	_ = hs.Stop(sctx)
+	if err := jl.Stop(sctx); err != nil {
+		log.Warn().Err(err).Msg("journal: not everything was persisted; it will be on the next start")
+	}
+	log.Info().Msg("worker stopped")
+	return 0
+}

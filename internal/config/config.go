@@ -1,0 +1,109 @@
+// Package config holds what the fleet's commands share: every flag has an
+// environment variable (flags win), the zerolog logger, and the NATS
+// connection with reconnect settings fit for a long-running fleet.
+package config
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+)
+
+// Common are the settings every command has.
+type Common struct {
+	NATSURL   string
+	NATSCreds string
+	Prefix    string
+	LogFormat string
+	LogLevel  string
+}
+
+// AddCommon defines the common flags on fs.
+func AddCommon(fs *pflag.FlagSet, c *Common) {
+	fs.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated (env FLEET_NATS_URL)")
+	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (env FLEET_NATS_CREDS)")
+	fs.StringVar(&c.Prefix, "prefix", "fleet", "subject prefix (env FLEET_PREFIX)")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or console (env FLEET_LOG_FORMAT)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error (env FLEET_LOG_LEVEL)")
+}
+
+// Parse parses args into fs after filling every flag from its environment
+// variable: FLEET_ + the flag name upper-cased with '-' as '_' (so
+// --nats-url reads FLEET_NATS_URL). Flags given on the command line win.
+func Parse(fs *pflag.FlagSet, args []string) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil {
+			return
+		}
+		env := EnvName(f.Name)
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", env, v, e)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+// EnvName is the environment variable of a flag.
+func EnvName(flag string) string {
+	return "FLEET_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Logger builds the zerolog logger (JSON on stderr, or console for people).
+func Logger(c Common, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.LogLevel)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("--log-level: %w", err)
+	}
+	switch c.LogFormat {
+	case "json", "":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		return zerolog.Nop(), fmt.Errorf("--log-format must be json or console, not %q", c.LogFormat)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// Connect connects to NATS with settings for a fleet: reconnect forever,
+// retry the first connect, and log (never swallow) async errors such as
+// permission violations, which otherwise only show up as timeouts.
+func Connect(c Common, name string, log zerolog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectJitter(500*time.Millisecond, time.Second),
+		nats.RetryOnFailedConnect(true),
+		nats.PingInterval(20 * time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn().Err(err).Msg("NATS disconnected")
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("NATS reconnected")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := log.Error().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS async error")
+		}),
+	}
+	if c.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	opts = append(opts, extra...)
+	return nats.Connect(c.NATSURL, opts...)
+}

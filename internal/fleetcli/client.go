@@ -1,0 +1,157 @@
+// Package fleetcli is the dispatcher's command line for people and scripts
+// (submit, tail, status, cancel, ls) and the small client those commands
+// share with the end-to-end tests.
+package fleetcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// ErrUnavailable means NATS or the dispatcher did not answer.
+var ErrUnavailable = errors.New("fleet: dispatcher unreachable")
+
+// Client talks to the fleet over NATS.
+type Client struct {
+	NC    *nats.Conn
+	JS    jetstream.JetStream
+	Names protocol.Names
+}
+
+// NewClient returns a client on nc.
+func NewClient(nc *nats.Conn, names protocol.Names) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{NC: nc, JS: js, Names: names}, nil
+}
+
+func (c *Client) request(ctx context.Context, subject string, req, resp any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	m, err := c.NC.RequestWithContext(ctx, subject, b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, subject, err)
+		}
+		return err
+	}
+	if err := json.Unmarshal(m.Data, resp); err != nil {
+		return fmt.Errorf("fleet: unreadable reply on %s: %w", subject, err)
+	}
+	return nil
+}
+
+// Submit sends a job to the dispatcher (fleet.api.submit).
+func (c *Client) Submit(ctx context.Context, job protocol.Job) (protocol.SubmitReply, error) {
+	var r protocol.SubmitReply
+	err := c.request(ctx, c.Names.APISubmit(), job, &r)
+	return r, err
+}
+
+// Cancel asks the dispatcher to cancel a query.
+func (c *Client) Cancel(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error) {
+	var r protocol.APIReply
+	err := c.request(ctx, c.Names.APICancel(), ref, &r)
+	return r, err
+}
+
+// Status asks the dispatcher for a query's status.
+func (c *Client) Status(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error) {
+	var r protocol.APIReply
+	err := c.request(ctx, c.Names.APIStatus(), ref, &r)
+	return r, err
+}
+
+// List asks the dispatcher for recent queries.
+func (c *Client) List(ctx context.Context, req protocol.ListRequest) (protocol.APIReply, error) {
+	var r protocol.APIReply
+	err := c.request(ctx, c.Names.APIList(), req, &r)
+	return r, err
+}
+
+// Line is one relayed agent line as a subscriber sees it.
+type Line struct {
+	Seq     uint64
+	Attempt int
+	Data    []byte
+}
+
+// Follower receives a query's history and live messages, in stream order.
+type Follower struct {
+	// Line is called for each .msg message.
+	Line func(Line)
+	// Status is called for each status event.
+	Status func(protocol.StatusEvent)
+}
+
+// Follow replays a query from its first message (an ordered consumer on
+// FLEET_QUERIES), then follows it live until a terminal status arrives,
+// which it returns. With follow false it stops once it has caught up and
+// returns (nil, nil) if the query has not ended.
+func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f Follower) (*protocol.StatusEvent, error) {
+	cons, err := c.JS.OrderedConsumer(ctx, c.Names.QueriesStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.Names.QueryAll(tenant, id)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
+	}
+	if !follow {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if info.NumPending == 0 {
+			return nil, nil
+		}
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	msgSubj, statusSubj := c.Names.QueryMsg(tenant, id), c.Names.QueryStatus(tenant, id)
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if errors.Is(err, jetstream.ErrNoHeartbeat) {
+				continue
+			}
+			return nil, err
+		}
+		switch m.Subject() {
+		case msgSubj:
+			seq, _ := strconv.ParseUint(m.Headers().Get(protocol.HeaderSeq), 10, 64)
+			att, _ := strconv.Atoi(m.Headers().Get(protocol.HeaderAttempt))
+			if f.Line != nil {
+				f.Line(Line{Seq: seq, Attempt: att, Data: m.Data()})
+			}
+		case statusSubj:
+			var ev protocol.StatusEvent
+			if json.Unmarshal(m.Data(), &ev) == nil {
+				if f.Status != nil {
+					f.Status(ev)
+				}
+				if ev.State.Terminal() {
+					return &ev, nil
+				}
+			}
+		}
+		if !follow {
+			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+				return nil, nil
+			}
+		}
+	}
+}

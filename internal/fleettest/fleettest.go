@@ -1,0 +1,289 @@
+// Package fleettest runs a whole fleet inside a test or benchmark process: a
+// real JetStream server (embedded), the dispatcher service, workers with the
+// local sandbox and the stand-in agent (the test binary itself), and file
+// storage. For tests and benchmarks only: it links nats-server.
+package fleettest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/dispatcher"
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
+	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/standin"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/journal"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+)
+
+// StandinFlag makes the test binary act as the stand-in agent.
+const StandinFlag = "--standin-agent"
+
+// Main is the TestMain of packages that use the fleet: it runs the child
+// modes (stand-in agent, worker process) and otherwise the tests.
+func Main(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == StandinFlag {
+		os.Exit(standin.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == WorkerFlag {
+		os.Exit(workerProcess(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// AgentCommand is the stand-in agent: this test binary in stand-in mode.
+func AgentCommand(t testing.TB) []string {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	return []string{exe, StandinFlag}
+}
+
+// Opts configure a Fleet.
+type Opts struct {
+	MaxConcurrency int
+	AckWait        time.Duration
+	MaxDeliver     int
+	ServerOpts     []natstest.Option
+}
+
+// Fleet is one embedded JetStream server with the dispatcher service and
+// file storage, plus helpers to start workers and follow queries.
+type Fleet struct {
+	t       testing.TB
+	Srv     *server.Server
+	NC      *nats.Conn
+	JS      jetstream.JetStream
+	Names   protocol.Names
+	Dir     string
+	Objects storage.Store
+	Disp    *dispatcher.Service
+	Client  *fleetcli.Client
+	Logger  zerolog.Logger
+}
+
+// New starts a fleet (server, dispatcher, storage) for t.
+func New(t testing.TB, o Opts) *Fleet {
+	t.Helper()
+	srv, nc, js := natstest.RunJetStream(t, o.ServerOpts...)
+	dir := t.TempDir()
+	objects, err := storage.NewFS(filepath.Join(dir, "data"))
+	require.NoError(t, err)
+	f := &Fleet{t: t, Srv: srv, NC: nc, JS: js, Names: protocol.NewNames(""), Dir: dir, Objects: objects}
+	f.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(logLevel())
+	if o.AckWait == 0 {
+		o.AckWait = 30 * time.Second
+	}
+	f.Disp, err = dispatcher.New(dispatcher.Config{
+		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger,
+		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, Storage: jetstream.FileStorage},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, f.Disp.Start(ctx))
+	t.Cleanup(func() { _ = f.Disp.Stop(context.Background()) })
+	f.Client, err = fleetcli.NewClient(nc, f.Names)
+	require.NoError(t, err)
+	return f
+}
+
+// Worker is an in-process worker with its journal and connection.
+type Worker struct {
+	W       *worker.Worker
+	Journal *journal.Journal
+	NC      *nats.Conn
+}
+
+// WorkerOpts configure a worker.
+type WorkerOpts struct {
+	Slots    int
+	Store    storage.Store // journal/transcript store; defaults to the fleet's
+	Grace    time.Duration
+	Mod      func(*worker.Config)
+	AgentMod func(*agent.Config)
+	EnvAllow []string
+}
+
+// StartWorker starts an in-process worker with its own connection, journal
+// and sandbox directory.
+func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
+	t := f.t
+	t.Helper()
+	nc, _ := natstest.Connect(t, f.Srv)
+	store := o.Store
+	if store == nil {
+		store = f.Objects
+	}
+	jdir := t.TempDir()
+	jl, err := journal.New(journal.Config{
+		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytes: int(nc.MaxPayload()) - 1024,
+		RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		AssembleFunc: func(ctx context.Context, tenant, id string) error {
+			return storage.AssembleTranscript(ctx, store, tenant, id)
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, jl.Start(context.Background()))
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), EnvAllow: o.EnvAllow})
+	require.NoError(t, err)
+	acfg := agent.Config{Command: AgentCommand(t), ResultGrace: 5 * time.Second, KillGrace: 2 * time.Second, Logger: &f.Logger}
+	if o.AgentMod != nil {
+		o.AgentMod(&acfg)
+	}
+	runner, err := agent.New(acfg)
+	require.NoError(t, err)
+	cfg := worker.Config{
+		NC: nc, Names: f.Names, Slots: o.Slots, Providers: map[string]sandbox.Provider{"local": local},
+		Runner: runner, Journal: jl, ShutdownGrace: o.Grace, Logger: &f.Logger,
+		ConsumerRetry: 50 * time.Millisecond,
+	}
+	if o.Mod != nil {
+		o.Mod(&cfg)
+	}
+	w, err := worker.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	b := &Worker{W: w, Journal: jl, NC: nc}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		_ = jl.Stop(ctx)
+	})
+	return b
+}
+
+// WaitReady waits until w pulls.
+func WaitReady(t testing.TB, w *worker.Worker) {
+	t.Helper()
+	Eventually(t, 30*time.Second, w.Ready, "worker ready")
+}
+
+// Eventually polls cond (a state with no event to wait on) within d.
+func Eventually(t testing.TB, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// PublishJob publishes a job directly on fleet.jobs.<tenant>, as any client would.
+func (f *Fleet) PublishJob(tenant string, body []byte, hdr map[string]string) {
+	f.t.Helper()
+	m := nats.NewMsg(f.Names.JobSubject(tenant))
+	m.Data = body
+	for k, v := range hdr {
+		m.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := f.JS.PublishMsg(ctx, m)
+	require.NoError(f.t, err)
+}
+
+// SubmitJSON publishes {"id","prompt"} directly with Nats-Msg-Id.
+func (f *Fleet) SubmitJSON(tenant, id, prompt string) {
+	f.t.Helper()
+	b, err := json.Marshal(protocol.Job{ID: id, Prompt: prompt})
+	require.NoError(f.t, err)
+	f.PublishJob(tenant, b, map[string]string{protocol.HeaderMsgID: id})
+}
+
+// Run is what a subscriber saw of one query.
+type Run struct {
+	Lines    []fleetcli.Line
+	Statuses []protocol.StatusEvent
+	Final    *protocol.StatusEvent
+}
+
+// Follow replays and follows a query until its terminal status.
+func (f *Fleet) Follow(tenant, id string, timeout time.Duration) Run {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var r Run
+	var mu sync.Mutex
+	final, err := f.Client.Follow(ctx, tenant, id, true, fleetcli.Follower{
+		Line: func(l fleetcli.Line) {
+			mu.Lock()
+			l.Data = append([]byte(nil), l.Data...)
+			r.Lines = append(r.Lines, l)
+			mu.Unlock()
+		},
+		Status: func(ev protocol.StatusEvent) { mu.Lock(); r.Statuses = append(r.Statuses, ev); mu.Unlock() },
+	})
+	require.NoError(f.t, err, "following %s/%s", tenant, id)
+	r.Final = final
+	return r
+}
+
+// RequireContiguous checks Fleet-Seq runs 1..n with no gap or repeat, the
+// stream ends with a result line, and returns the lines' bytes.
+func RequireContiguous(t testing.TB, r Run) [][]byte {
+	t.Helper()
+	require.NotEmpty(t, r.Lines)
+	out := make([][]byte, 0, len(r.Lines))
+	for i, l := range r.Lines {
+		require.Equal(t, uint64(i+1), l.Seq, "Fleet-Seq must be contiguous and ordered")
+		out = append(out, l.Data)
+	}
+	require.True(t, protocol.ParseMessage(r.Lines[len(r.Lines)-1].Data).IsResult(), "the stream ends with a result line")
+	return out
+}
+
+// Transcript waits until the query's transcript is assembled and returns it.
+func (f *Fleet) Transcript(store storage.Store, tenant, id string) []byte {
+	f.t.Helper()
+	var b []byte
+	Eventually(f.t, 30*time.Second, func() bool {
+		var err error
+		b, err = store.Get(context.Background(), storage.TranscriptKey(tenant, id))
+		return err == nil
+	}, "transcript of "+tenant+"/"+id)
+	return b
+}
+
+// JoinLines joins lines with a newline after each, as a transcript does.
+func JoinLines(lines [][]byte) []byte {
+	var out []byte
+	for _, l := range lines {
+		out = append(out, l...)
+		out = append(out, '\n')
+	}
+	return out
+}
+
+// Itoa is strconv.Itoa.
+func Itoa(i int) string { return strconv.Itoa(i) }
+
+// logLevel is warn, or FLEET_TEST_LOG_LEVEL when set (debugging a test).
+func logLevel() zerolog.Level {
+	if l, err := zerolog.ParseLevel(os.Getenv("FLEET_TEST_LOG_LEVEL")); err == nil && l != zerolog.NoLevel {
+		return l
+	}
+	return zerolog.WarnLevel
+}

@@ -1,0 +1,150 @@
+package fleettest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/journal"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+)
+
+// WorkerFlag makes the test binary a worker process, so a test can SIGKILL
+// a real worker: argv is [exe, WorkerFlag, natsURL, journalDir, storageDir, sandboxDir].
+// It prints "ready" once pulling and "started <id> <attempt>" when a run starts.
+const WorkerFlag = "--e2e-worker"
+
+func workerProcess(args []string) int {
+	if len(args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: --e2e-worker natsURL journalDir storageDir sandboxDir")
+		return 2
+	}
+	url, jdir, sdir, sbdir := args[0], args[1], args[2], args[3]
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	store, err := storage.NewFS(sdir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	jl, err := journal.New(journal.Config{Dir: jdir, Store: store, AssembleFunc: func(ctx context.Context, tenant, id string) error {
+		return storage.AssembleTranscript(ctx, store, tenant, id)
+	}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := jl.Start(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: sbdir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	exe, _ := os.Executable()
+	runner, err := agent.New(agent.Config{Command: []string{exe, StandinFlag}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	out := make(chan string, 16)
+	w, err := worker.New(worker.Config{
+		NC: nc, Slots: 1, Providers: map[string]sandbox.Provider{"local": local}, Runner: runner, Journal: jl,
+		ConsumerRetry: 50 * time.Millisecond,
+		Test: worker.TestConfig{RunStarted: func(tenant, id string, attempt int) {
+			out <- fmt.Sprintf("started %s %d", id, attempt)
+		}},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := w.Start(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for !w.Ready() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("ready")
+	for line := range out {
+		fmt.Println(line)
+	}
+	return 0
+}
+
+// WorkerProc is a worker running as a child process.
+type WorkerProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+// StartWorkerProcess starts a worker as a child process (so a test can
+// SIGKILL it) and waits until it pulls.
+func StartWorkerProcess(t *testing.T, url, jdir, sdir string) *WorkerProc {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, WorkerFlag, url, jdir, sdir, t.TempDir())
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &WorkerProc{cmd: cmd, lines: make(chan string, 64)}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	p.Expect(t, "ready")
+	return p
+}
+
+// Expect waits for a line of the worker process starting with prefix.
+func (p *WorkerProc) Expect(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			require.True(t, ok, "worker process exited while waiting for %q", prefix)
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("timed out waiting for %q from the worker process", prefix)
+		}
+	}
+}
+
+// Kill SIGKILLs the worker process.
+func (p *WorkerProc) Kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.cmd.Wait()
+}

@@ -1,0 +1,153 @@
+// Package provision creates the fleet's JetStream streams and the work
+// consumer. It is idempotent (CreateOrUpdate everywhere), so the dispatcher
+// can run it at every start and start order with workers never matters:
+// workers wait until the consumer exists.
+//
+// Streams (names from protocol.Names, default prefix "fleet"):
+//
+//	FLEET_JOBS        fleet.jobs.>          work queue, file storage, dedupe by Nats-Msg-Id
+//	FLEET_QUERIES     fleet.query.>         limits, max age (default 7 days): replay of msg/status/ctl
+//	FLEET_DLQ         fleet.dlq.>           limits, dead-lettered jobs
+//	FLEET_ADVISORIES  max-delivery advisories of the work consumer, kept while the dispatcher is down
+//
+// Consumer "workers" on FLEET_JOBS: durable pull, explicit ack, AckWait
+// (default 30s), MaxDeliver (default 5), MaxAckPending = the fleet-wide
+// concurrency, no InactiveThreshold.
+package provision
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// Config says how to provision.
+type Config struct {
+	// Names builds stream and subject names. Defaults to the default prefix.
+	Names protocol.Names
+	// MaxConcurrency is the work consumer's MaxAckPending: never more runs at
+	// once across the fleet. Defaults to 64.
+	MaxConcurrency int
+	// AckWait is the work consumer's ack deadline. Defaults to 30s.
+	AckWait time.Duration
+	// MaxDeliver is how many attempts a job gets before it is dead-lettered.
+	// Defaults to 5.
+	MaxDeliver int
+	// QueriesMaxAge is how long per-query messages are kept for replay.
+	// Defaults to 7 days.
+	QueriesMaxAge time.Duration
+	// DLQMaxAge is how long dead letters are kept. Defaults to 30 days.
+	DLQMaxAge time.Duration
+	// DedupeWindow is the Nats-Msg-Id window of the jobs stream. Defaults to 2m.
+	DedupeWindow time.Duration
+	// MaxWaiting caps outstanding pull requests (one per idle worker); it
+	// cannot be changed after creation. Defaults to 4096.
+	MaxWaiting int
+	// Replicas of every stream (1 for one server, 3 for a cluster). Defaults to 1.
+	Replicas int
+	// Storage is file or memory. Defaults to file.
+	Storage jetstream.StorageType
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, 64)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.QueriesMaxAge = cmp.Or(c.QueriesMaxAge, 7*24*time.Hour)
+	c.DLQMaxAge = cmp.Or(c.DLQMaxAge, 30*24*time.Hour)
+	c.DedupeWindow = cmp.Or(c.DedupeWindow, 2*time.Minute)
+	c.MaxWaiting = cmp.Or(c.MaxWaiting, 4096)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.MaxConcurrency < 1:
+		return errors.New("provision: MaxConcurrency must be at least 1")
+	case c.AckWait < time.Second:
+		return errors.New("provision: AckWait must be at least 1s")
+	case c.MaxDeliver < 1:
+		return errors.New("provision: MaxDeliver must be at least 1")
+	case c.Replicas < 1 || c.Replicas > 5:
+		return errors.New("provision: Replicas must be between 1 and 5")
+	}
+	return nil
+}
+
+// Streams creates or updates the fleet's streams and the work consumer.
+func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	n := cfg.Names
+	streams := []jetstream.StreamConfig{
+		{
+			Name:        n.JobsStream(),
+			Description: "agentfleet query jobs (work queue)",
+			Subjects:    []string{n.JobsWildcard()},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     cfg.Storage,
+			Replicas:    cfg.Replicas,
+			Discard:     jetstream.DiscardNew,
+			Duplicates:  cfg.DedupeWindow,
+			MaxMsgSize:  1 << 20,
+		},
+		{
+			Name:        n.QueriesStream(),
+			Description: "agentfleet per-query messages, status and control (replay)",
+			Subjects:    []string{n.QueriesWildcard()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     cfg.Storage,
+			Replicas:    cfg.Replicas,
+			MaxAge:      cfg.QueriesMaxAge,
+			Duplicates:  min(2*time.Minute, cfg.QueriesMaxAge),
+			AllowDirect: true,
+		},
+		{
+			Name:        n.DLQStream(),
+			Description: "agentfleet dead-lettered jobs",
+			Subjects:    []string{n.DLQWildcard()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     cfg.Storage,
+			Replicas:    cfg.Replicas,
+			MaxAge:      cfg.DLQMaxAge,
+		},
+		{
+			Name:        n.AdvisoryStream(),
+			Description: "max-delivery advisories of the work consumer, for the dispatcher",
+			Subjects:    []string{n.MaxDeliveriesAdvisory()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     cfg.Storage,
+			Replicas:    cfg.Replicas,
+			MaxAge:      cfg.DLQMaxAge,
+		},
+	}
+	for _, sc := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("provision: stream %s: %w", sc.Name, err)
+		}
+	}
+	_, err := js.CreateOrUpdateConsumer(ctx, n.JobsStream(), jetstream.ConsumerConfig{
+		Durable:       n.Consumer(),
+		Description:   "agentfleet workers: one message per free slot",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxConcurrency,
+		MaxWaiting:    cfg.MaxWaiting,
+		Replicas:      cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("provision: consumer %s: %w", n.Consumer(), err)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+// Package render prints agent messages and status events for people:
+// assistant text, tool calls, tool results, then the result with cost, turns
+// and duration. It reads only what it shows and never fails on a message it
+// does not know (unknown types are skipped unless Verbose).
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// Printer renders to W.
+type Printer struct {
+	W io.Writer
+	// Verbose also prints message types it does not render specially.
+	Verbose bool
+}
+
+type block struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
+	ToolUseID string          `json:"tool_use_id"`
+}
+
+type envelope struct {
+	Type    string `json:"type"`
+	Subtype string `json:"subtype"`
+	Model   string `json:"model"`
+	Tools   []any  `json:"tools"`
+	Message struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"message"`
+	ParentToolUseID *string `json:"parent_tool_use_id"`
+	// x_fleet_large_line
+	Seq   uint64 `json:"seq"`
+	Bytes int64  `json:"bytes"`
+	Key   string `json:"key"`
+}
+
+// Line renders one agent stdout line.
+func (p *Printer) Line(line []byte) {
+	msg := protocol.ParseMessage(line)
+	if !msg.JSON {
+		if p.Verbose {
+			fmt.Fprintf(p.W, "  | %s\n", clip(string(line), 300))
+		}
+		return
+	}
+	var e envelope
+	_ = json.Unmarshal(line, &e)
+	indent := ""
+	if e.ParentToolUseID != nil && *e.ParentToolUseID != "" {
+		indent = "    "
+	}
+	switch msg.Type {
+	case "system":
+		if msg.Subtype == "init" {
+			fmt.Fprintf(p.W, "● session %s · model %s · %d tools\n", msg.SessionID, e.Model, len(e.Tools))
+		} else if p.Verbose {
+			fmt.Fprintf(p.W, "  [system/%s]\n", msg.Subtype)
+		}
+	case "assistant":
+		for _, b := range blocks(e.Message.Content) {
+			switch b.Type {
+			case "text":
+				fmt.Fprintf(p.W, "%s%s\n", indent, strings.TrimRight(b.Text, "\n"))
+			case "tool_use":
+				fmt.Fprintf(p.W, "%s→ %s %s\n", indent, b.Name, clip(compact(b.Input), 200))
+			case "thinking", "redacted_thinking":
+				fmt.Fprintf(p.W, "%s(thinking…)\n", indent)
+			default:
+				if p.Verbose {
+					fmt.Fprintf(p.W, "%s[%s]\n", indent, b.Type)
+				}
+			}
+		}
+	case "user":
+		for _, b := range blocks(e.Message.Content) {
+			if b.Type != "tool_result" {
+				continue
+			}
+			mark := "←"
+			if b.IsError {
+				mark = "← error:"
+			}
+			fmt.Fprintf(p.W, "%s%s %s\n", indent, mark, clip(resultText(b.Content), 300))
+		}
+	case "result":
+		p.result(msg)
+	case "x_fleet_large_line":
+		fmt.Fprintf(p.W, "  [line %d: %d bytes, too large for NATS; stored at %s]\n", e.Seq, e.Bytes, e.Key)
+	case "x_fleet_line_too_large":
+		fmt.Fprintf(p.W, "  [a line over the worker's line cap was dropped]\n")
+	default:
+		if p.Verbose {
+			fmt.Fprintf(p.W, "  [%s]\n", msg.Type)
+		}
+	}
+}
+
+func (p *Printer) result(msg protocol.Message) {
+	r, err := msg.AsResult()
+	if err != nil {
+		fmt.Fprintf(p.W, "✗ unreadable result: %v\n", err)
+		return
+	}
+	stats := fmt.Sprintf("turns %d · cost $%.4f · %.1fs", r.NumTurns, r.TotalCostUSD, float64(r.DurationMS)/1000)
+	if !r.IsError {
+		fmt.Fprintf(p.W, "✓ done · %s\n", stats)
+		return
+	}
+	why := r.Subtype
+	if r.XFleet != nil && r.XFleet.Synthetic {
+		why = "worker: " + r.XFleet.Reason
+	}
+	fmt.Fprintf(p.W, "✗ failed (%s) · %s\n", why, stats)
+	for _, e := range r.Errors {
+		fmt.Fprintf(p.W, "  %s\n", clip(e, 500))
+	}
+	if r.Result != nil && *r.Result != "" && len(r.Errors) == 0 {
+		fmt.Fprintf(p.W, "  %s\n", clip(*r.Result, 500))
+	}
+}
+
+// Status renders one status event.
+func (p *Printer) Status(ev protocol.StatusEvent) {
+	s := fmt.Sprintf("[status] %s", ev.State)
+	if ev.Attempt > 0 {
+		s += fmt.Sprintf(" · attempt %d", ev.Attempt)
+	}
+	if ev.Worker != "" {
+		s += " · " + ev.Worker
+	}
+	if ev.Error != nil {
+		s += fmt.Sprintf(" · %s: %s", ev.Error.Code, clip(ev.Error.Message, 300))
+	}
+	fmt.Fprintln(p.W, s)
+}
+
+func blocks(raw json.RawMessage) []block {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil
+	}
+	if raw[0] == '"' {
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return []block{{Type: "text", Text: s}}
+	}
+	var bs []block
+	_ = json.Unmarshal(raw, &bs)
+	return bs
+}
+
+func resultText(raw json.RawMessage) string {
+	var parts []string
+	for _, b := range blocks(raw) {
+		if b.Type == "text" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func compact(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) > n {
+		r = r[:n]
+	}
+	return string(r) + "…"
+}

@@ -1,0 +1,479 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+)
+
+// apiTimeout bounds each JetStream API call of the job path.
+const apiTimeout = 10 * time.Second
+
+// handle runs one job message to its outcome.
+func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration) {
+	md, err := msg.Metadata()
+	if err != nil {
+		w.log.Error().Err(err).Msg("job without metadata; terminating it")
+		_ = msg.TermWithReason("no metadata")
+		return
+	}
+	attempt := int(md.NumDelivered)
+	if attempt > 1 {
+		w.metrics.redeliveries.Inc()
+	}
+
+	tenant, err := w.names.ParseJobSubject(msg.Subject())
+	var job *protocol.Job
+	if err == nil {
+		job, err = protocol.DecodeJob(msg.Headers().Get(protocol.HeaderContentType), msg.Data())
+	}
+	if err == nil {
+		err = job.Validate(tenant, true)
+	}
+	var env map[string]string
+	if err == nil {
+		env, err = w.envFor(job)
+	}
+	if err != nil {
+		w.reject(msg, job, tenant, attempt, err)
+		return
+	}
+	log := w.log.With().Str("tenant", job.Tenant).Str("query_id", job.ID).Int("attempt", attempt).Logger()
+
+	provider := w.cfg.Providers[cmpOr(job.Sandbox, w.cfg.DefaultSandbox)]
+	if provider == nil {
+		// Another worker of the fleet may have this provider.
+		log.Warn().Str("sandbox", job.Sandbox).Msg("no such sandbox provider on this worker; handing the job back")
+		_ = msg.NakWithDelay(backoff(md.NumDelivered))
+		w.metrics.jobs.WithLabelValues("retried").Inc()
+		return
+	}
+
+	// From here on the job is ours: heartbeat well inside AckWait.
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	defer stopHB()
+	go w.heartbeat(hbCtx, msg, ackWait)
+
+	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log}
+	q.run(provider, env)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (w *Worker) heartbeat(ctx context.Context, msg jetstream.Msg, ackWait time.Duration) {
+	every := w.cfg.Heartbeat
+	if every <= 0 {
+		every = max(ackWait/3, 100*time.Millisecond)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := msg.InProgress(); err != nil {
+				w.log.Warn().Err(err).Msg("heartbeat failed")
+			}
+		}
+	}
+}
+
+// reject terminates an invalid job and, when its id and tenant are
+// readable, publishes a failed status with code invalid_job.
+func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, attempt int, cause error) {
+	id := ""
+	if job != nil {
+		id = job.ID
+		if job.Tenant != "" && protocol.ValidTenant(job.Tenant) && tenant == "" {
+			tenant = job.Tenant
+		}
+	}
+	if id == "" {
+		id, _ = protocol.ProbeIdentity(msg.Headers().Get(protocol.HeaderContentType), msg.Data())
+	}
+	reason := cause.Error()
+	if len(reason) > 512 {
+		reason = reason[:512]
+	}
+	w.log.Warn().Str("tenant", tenant).Str("query_id", id).Str("reason", reason).Msg("invalid job; terminating it")
+	if err := msg.TermWithReason(reason); err != nil {
+		w.log.Error().Err(err).Msg("terminating an invalid job")
+	}
+	w.metrics.jobs.WithLabelValues("invalid").Inc()
+	if !protocol.ValidID(id) || !protocol.ValidTenant(tenant) {
+		return
+	}
+	ev := protocol.StatusEvent{
+		ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
+		Error: &protocol.ErrorInfo{Code: protocol.CodeInvalidJob, Message: reason},
+	}
+	if job != nil {
+		ev.Metadata = job.Metadata
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	if err := w.publishStatus(ctx, ev); err != nil {
+		w.log.Error().Err(err).Msg("publishing the invalid_job status")
+	}
+}
+
+func (w *Worker) publishStatus(ctx context.Context, ev protocol.StatusEvent) error {
+	ev.V = protocol.SchemaVersion
+	ev.Worker = w.cfg.ID
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(w.names.QueryStatus(ev.Tenant, ev.ID))
+	m.Data = b
+	m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	_, err = w.js.PublishMsg(ctx, m)
+	return err
+}
+
+// query is one attempt of one job on this worker.
+type query struct {
+	w       *Worker
+	msg     jetstream.Msg
+	job     *protocol.Job
+	attempt int
+	log     zerolog.Logger
+	fenced  atomic.Bool
+}
+
+func (q *query) run(provider sandbox.Provider, env map[string]string) {
+	w, job := q.w, q.job
+	ctx := context.Background()
+	started := time.Now()
+
+	// Where the previous attempt (if any) stopped, and whether a cancel is
+	// already on record for this query.
+	lastSeq, cancelled, err := q.history(ctx)
+	if err != nil {
+		q.retry(fmt.Errorf("reading the query's history: %w", err), "")
+		return
+	}
+
+	// Cancel and fence signals for this run.
+	runCtx, cancelRun := context.WithCancelCause(w.handbackCtx)
+	defer cancelRun(nil)
+	subs, err := q.subscribe(cancelRun)
+	if err != nil {
+		q.retry(fmt.Errorf("subscribing to the query's control subjects: %w", err), "")
+		return
+	}
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+
+	if q.attempt > 1 {
+		// Announces the new attempt; an older attempt still running
+		// somewhere sees it and stops relaying (fencing).
+		q.status(ctx, protocol.StatusEvent{State: protocol.StateRetrying})
+	}
+
+	jl, err := w.cfg.Journal.Open(job.Tenant, job.ID, q.attempt)
+	if err != nil {
+		q.retry(fmt.Errorf("opening the journal: %w", err), "")
+		return
+	}
+	rel := newRelay(&relay{
+		js: w.js, subject: w.names.QueryMsg(job.Tenant, job.ID), tenant: job.Tenant, id: job.ID,
+		attempt: q.attempt, maxPayload: w.maxPayload, journal: jl, metrics: w.metrics, log: q.log,
+		window: w.cfg.PublishWindow, maxQueued: w.cfg.QueueBytes, seq: lastSeq, fenced: q.fenced.Load,
+	})
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
+	go rel.run(relayCtx)
+	emit := func(l agent.Line) error { return rel.emit(l.Raw) }
+
+	var out agent.Outcome
+	var runErr error
+	if cancelled {
+		out, runErr = q.cancelledBeforeStart(emit)
+	} else {
+		q.status(ctx, protocol.StatusEvent{State: protocol.StateRunning})
+		out, runErr = q.execute(runCtx, provider, env, emit)
+	}
+
+	switch {
+	case q.fenced.Load():
+		stopRelay()
+		_ = jl.Close(false)
+		w.metrics.jobs.WithLabelValues("fenced").Inc()
+		q.log.Warn().Msg("a later attempt took over this query; this run stopped relaying")
+		return
+	case out.HandedBack:
+		_ = rel.flush(context.WithoutCancel(ctx))
+		_ = jl.Close(false)
+		_ = q.msg.Nak()
+		w.metrics.jobs.WithLabelValues("handed_back").Inc()
+		q.log.Info().Msg("job handed back")
+		return
+	case runErr != nil && out.Result == nil:
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_ = rel.flush(fctx)
+		cancel()
+		_ = jl.Close(false)
+		q.retry(runErr, protocol.CodeSandboxUnavailable)
+		return
+	}
+
+	// Terminal: every line in the stream, then the status, then the ack.
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := rel.flush(fctx); err != nil {
+		q.log.Error().Err(err).Msg("flushing the run's messages")
+	}
+	if err := jl.Close(true); err != nil {
+		q.log.Error().Err(err).Msg("closing the journal")
+	}
+	ev := terminalStatus(out)
+	ev.Result.Lines = out.Lines
+	ev.Result.LastSeq = rel.seq
+	q.status(fctx, ev)
+	if err := q.msg.DoubleAck(fctx); err != nil {
+		q.log.Warn().Err(err).Msg("ack failed; the job may run again")
+	}
+	w.metrics.jobs.WithLabelValues(string(ev.State)).Inc()
+	w.metrics.runDuration.Observe(time.Since(started).Seconds())
+	q.log.Info().Str("state", string(ev.State)).Uint64("lines", out.Lines).Dur("took", time.Since(started)).Msg("job done")
+}
+
+// history reads the last Fleet-Seq published for the query and whether a
+// cancel is on record (a {"op":"cancel"} on its ctl subject, kept by the
+// FLEET_QUERIES stream, so a job cancelled while queued is never started).
+func (q *query) history(ctx context.Context) (lastSeq uint64, cancelled bool, err error) {
+	w, job := q.w, q.job
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	st, err := w.js.Stream(ctx, w.names.QueriesStream())
+	if err != nil {
+		return 0, false, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, w.names.QueryMsg(job.Tenant, job.ID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, false, err
+	default:
+		lastSeq, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+	}
+	c, err := st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, false, err
+	default:
+		var op protocol.CtlOp
+		if json.Unmarshal(c.Data, &op) == nil && op.Op == protocol.OpCancel {
+			cancelled = true
+		}
+	}
+	return lastSeq, cancelled, nil
+}
+
+// subscribe listens for cancel on .ctl and for a later attempt on .status.
+func (q *query) subscribe(cancelRun context.CancelCauseFunc) ([]*nats.Subscription, error) {
+	w, job := q.w, q.job
+	ctl, err := w.cfg.NC.Subscribe(w.names.QueryCtl(job.Tenant, job.ID), func(m *nats.Msg) {
+		var op protocol.CtlOp
+		if err := json.Unmarshal(m.Data, &op); err != nil {
+			return
+		}
+		if op.Op == protocol.OpCancel {
+			q.log.Info().Msg("cancel requested")
+			cancelRun(agent.ErrCancelled)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := w.cfg.NC.Subscribe(w.names.QueryStatus(job.Tenant, job.ID), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			return
+		}
+		if ev.Attempt > q.attempt {
+			q.fenced.Store(true)
+			cancelRun(agent.ErrHandback)
+		}
+	})
+	if err != nil {
+		_ = ctl.Unsubscribe()
+		return nil, err
+	}
+	return []*nats.Subscription{ctl, st}, nil
+}
+
+// execute creates the sandbox and runs the agent in it.
+func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[string]string, emit agent.EmitFunc) (agent.Outcome, error) {
+	w, job := q.w, q.job
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
+	sb, err := provider.Create(cctx, sandbox.Spec{ID: sandboxID(job, q.attempt)})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			if errors.Is(context.Cause(ctx), agent.ErrHandback) {
+				return agent.Outcome{HandedBack: true}, nil
+			}
+		}
+		if sandbox.Retryable(err) || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return agent.Outcome{}, fmt.Errorf("creating the sandbox: %w", err)
+		}
+		// A sandbox that cannot be made for this job: end the run with a
+		// synthetic result through the runner's spawn-failure path.
+		sb = failedSandbox{err: err}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Destroy(dctx); err != nil {
+			q.log.Warn().Err(err).Msg("destroying the sandbox")
+		}
+	}()
+	if hook := w.cfg.Test.RunStarted; hook != nil {
+		hook(job.Tenant, job.ID, q.attempt)
+	}
+	var timeout time.Duration
+	if job.Options.TimeoutS != nil {
+		timeout = time.Duration(*job.Options.TimeoutS) * time.Second
+	}
+	if hook := w.cfg.Test.RunEnded; hook != nil {
+		defer hook(job.Tenant, job.ID, q.attempt)
+	}
+	return w.cfg.Runner.Run(ctx, agent.Request{
+		Sandbox: sb, Job: job, Env: env, ProcID: "agent-" + strconv.Itoa(q.attempt), Timeout: timeout,
+	}, emit)
+}
+
+// cancelledBeforeStart ends a query whose cancel arrived while it was queued:
+// the agent never starts; the stream still ends with a (synthetic) result.
+func (q *query) cancelledBeforeStart(emit agent.EmitFunc) (agent.Outcome, error) {
+	line := protocol.SyntheticResult(protocol.SyntheticInput{
+		Reason:  protocol.ReasonCancelled,
+		Message: "worker: the query was cancelled before it started",
+	})
+	msg := protocol.ParseMessage(line)
+	res, err := msg.AsResult()
+	if err != nil {
+		return agent.Outcome{}, err
+	}
+	if err := emit(agent.Line{Raw: line, Msg: msg, Synthetic: true}); err != nil {
+		return agent.Outcome{}, err
+	}
+	return agent.Outcome{Result: res, Synthetic: true, Reason: protocol.ReasonCancelled, Lines: 1}, nil
+}
+
+// retry hands the job back with a delay after an infrastructure failure.
+func (q *query) retry(cause error, code string) {
+	md, _ := q.msg.Metadata()
+	var n uint64 = 1
+	if md != nil {
+		n = md.NumDelivered
+	}
+	d := backoff(n)
+	q.log.Warn().Err(cause).Dur("delay", d).Msg("infrastructure failure; the job will be retried")
+	if code != "" {
+		q.status(context.Background(), protocol.StatusEvent{
+			State: protocol.StateRetrying,
+			Error: &protocol.ErrorInfo{Code: code, Message: cause.Error()},
+		})
+	}
+	_ = q.msg.NakWithDelay(d)
+	q.w.metrics.jobs.WithLabelValues("retried").Inc()
+}
+
+func (q *query) status(ctx context.Context, ev protocol.StatusEvent) {
+	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	if err := q.w.publishStatus(ctx, ev); err != nil {
+		q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
+	}
+}
+
+func sandboxID(job *protocol.Job, attempt int) string {
+	id := job.Tenant + "-" + job.ID + "-" + strconv.Itoa(attempt)
+	if len(id) > 128 {
+		id = id[len(id)-128:]
+	}
+	return id
+}
+
+// terminalStatus maps a run's outcome to its terminal status event.
+func terminalStatus(out agent.Outcome) protocol.StatusEvent {
+	r := out.Result
+	sum := &protocol.ResultSummary{
+		Subtype: r.Subtype, IsError: r.IsError, NumTurns: r.NumTurns, DurationMS: r.DurationMS,
+		TotalCostUSD: r.TotalCostUSD, SessionID: r.SessionID, Errors: r.Errors, Usage: r.Usage,
+		Synthetic: out.Synthetic,
+	}
+	ev := protocol.StatusEvent{State: protocol.StateSucceeded, Result: sum}
+	if !r.IsError {
+		return ev
+	}
+	ev.State = protocol.StateFailed
+	code := protocol.CodeAgentError
+	switch out.Reason {
+	case protocol.ReasonCancelled:
+		ev.State, code = protocol.StateCancelled, protocol.CodeCancelled
+	case protocol.ReasonTimeout:
+		code = protocol.CodeTimeout
+	case protocol.ReasonProcessExit:
+		code = protocol.CodeProcessExit
+	case protocol.ReasonSpawnFailed:
+		code = protocol.CodeSpawnFailed
+	case protocol.ReasonOutputTooLarge:
+		code = protocol.CodeOutputTooLarge
+	}
+	msg := "the agent reported an error"
+	if len(r.Errors) > 0 {
+		msg = r.Errors[0]
+	} else if r.Result != nil && *r.Result != "" {
+		msg = *r.Result
+	}
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	ev.Error = &protocol.ErrorInfo{Code: code, Message: msg}
+	return ev
+}
+
+// failedSandbox stands for a sandbox that could not be created for a
+// non-retryable reason: starting a process in it fails, which the runner
+// reports as a spawn failure.
+type failedSandbox struct{ err error }
+
+func (f failedSandbox) ID() string { return "" }
+func (f failedSandbox) Start(context.Context, sandbox.ProcSpec) (sandbox.Process, error) {
+	return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalid, f.err)
+}
+func (f failedSandbox) WriteFile(context.Context, string, []byte) error { return f.err }
+func (f failedSandbox) ReadFile(context.Context, string) ([]byte, error) {
+	return nil, f.err
+}
+func (f failedSandbox) Destroy(context.Context) error { return nil }

@@ -1,0 +1,381 @@
+// Package worker is the fleet's worker: it pulls query jobs from the work
+// consumer, one per free slot, runs each in a sandbox with the agent runner,
+// journals and relays every line the agent writes, publishes status events,
+// and acks, naks or terms the job on its outcome.
+//
+// # Pulling
+//
+// One iterator with PullMaxMessages(1) and a slot semaphore: Next is called
+// only while a slot is free, so a busy worker holds no queued job and never
+// prefetches (the default Consume prefetches 500). Fleet-wide concurrency is
+// the consumer's MaxAckPending, enforced by the server.
+//
+// # Outcomes
+//
+//   - terminal outcome (the agent's result, or a synthetic one): all lines are
+//     flushed to the stream, the terminal status is published, then Ack.
+//   - invalid job: TermWithReason, and a failed/invalid_job status when the id
+//     and tenant are readable. Never retried.
+//   - infrastructure failure (sandbox unavailable, NATS trouble at start):
+//     NakWithDelay with backoff from the delivery count; the next attempt
+//     continues the query's Fleet-Seq.
+//   - shutdown: running jobs get ShutdownGrace to finish, then are stopped
+//     and Nak'ed at once so another worker continues them.
+//   - fenced: a later attempt of the same query announced itself (status
+//     "retrying" with a higher attempt); this run stops relaying at once and
+//     leaves the message alone.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/journal"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+)
+
+// Config configures a Worker.
+type Config struct {
+	// NC is the NATS connection. Required.
+	NC *nats.Conn
+	// Names builds subjects and stream names. Defaults to the default prefix.
+	Names protocol.Names
+	// ID names this worker in status events. Defaults to <hostname>-<random>.
+	ID string
+	// Slots is how many jobs run at once on this worker. Defaults to 4.
+	Slots int
+	// Providers are the sandbox providers by name ("local", "cloudflare").
+	// At least one is required.
+	Providers map[string]sandbox.Provider
+	// DefaultSandbox is the provider for jobs that name none. Defaults to "local".
+	DefaultSandbox string
+	// Runner runs the agent. Required.
+	Runner *agent.Runner
+	// Journal keeps every line before it is published. Required.
+	Journal *journal.Journal
+	// EnvAllow lists the names a job's options.env may set. Defaults to none.
+	EnvAllow []string
+	// ShutdownGrace is how long running jobs may finish on Stop before they
+	// are handed back. Defaults to 30s.
+	ShutdownGrace time.Duration
+	// Heartbeat is the InProgress interval. Defaults to the consumer's AckWait/3.
+	Heartbeat time.Duration
+	// PublishWindow is how many async publishes a run keeps in flight.
+	// Defaults to 256.
+	PublishWindow int
+	// QueueBytes bounds each run's relay queue. Defaults to 64 MiB.
+	QueueBytes int
+	// ConsumerRetry is how often to look for the work consumer while it does
+	// not exist yet. Defaults to 1s.
+	ConsumerRetry time.Duration
+	// CreateTimeout bounds sandbox creation (cold starts). Defaults to 5m.
+	CreateTimeout time.Duration
+	// Metrics; nil creates unregistered ones.
+	Metrics *Metrics
+	// Logger; nil is Nop.
+	Logger *zerolog.Logger
+	// Test hooks.
+	Test TestConfig
+}
+
+// TestConfig holds test-only hooks.
+type TestConfig struct {
+	// RunStarted, if set, is called when a run's agent is about to start.
+	RunStarted func(tenant, id string, attempt int)
+	// RunEnded, if set, is called when a run's agent has ended.
+	RunEnded func(tenant, id string, attempt int)
+}
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%06x", cmp.Or(host, "worker"), rand.IntN(1<<24))
+	}
+	c.Slots = cmp.Or(c.Slots, 4)
+	c.DefaultSandbox = cmp.Or(c.DefaultSandbox, protocol.SandboxLocal)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
+	c.PublishWindow = cmp.Or(c.PublishWindow, 256)
+	c.QueueBytes = cmp.Or(c.QueueBytes, 64<<20)
+	c.ConsumerRetry = cmp.Or(c.ConsumerRetry, time.Second)
+	c.CreateTimeout = cmp.Or(c.CreateTimeout, 5*time.Minute)
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.NC == nil:
+		return errors.New("worker: NC is required")
+	case c.Runner == nil:
+		return errors.New("worker: Runner is required")
+	case c.Journal == nil:
+		return errors.New("worker: Journal is required")
+	case len(c.Providers) == 0:
+		return errors.New("worker: at least one sandbox provider is required")
+	case c.Providers[c.DefaultSandbox] == nil:
+		return fmt.Errorf("worker: DefaultSandbox %q has no provider", c.DefaultSandbox)
+	case c.Slots < 1 || c.Slots > 1024:
+		return errors.New("worker: Slots must be between 1 and 1024")
+	case c.ShutdownGrace < 0:
+		return errors.New("worker: ShutdownGrace must not be negative")
+	}
+	return nil
+}
+
+// Worker pulls and runs jobs. Start it once; Stop it once.
+type Worker struct {
+	cfg     Config
+	js      jetstream.JetStream
+	log     zerolog.Logger
+	metrics *Metrics
+	names   protocol.Names
+
+	slots      chan struct{}
+	maxPayload int
+
+	ready    atomic.Bool
+	stopping atomic.Bool
+	stopCh   chan struct{}
+	loopDone chan struct{}
+	started  atomic.Bool
+	stopOnce sync.Once
+
+	mu   sync.Mutex
+	iter jetstream.MessagesContext
+
+	jobs sync.WaitGroup
+	// handback cancels every run with agent.ErrHandback (shutdown phase 2).
+	handbackCtx context.Context
+	handback    context.CancelCauseFunc
+}
+
+// New validates cfg and returns a Worker.
+func New(cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.NC, jetstream.WithPublishAsyncMaxPending(cfg.PublishWindow*cfg.Slots))
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics(nil, cfg.Slots, nil)
+	}
+	hctx, hcancel := context.WithCancelCause(context.Background())
+	return &Worker{
+		cfg:         cfg,
+		js:          js,
+		log:         cfg.Logger.With().Str("component", "worker").Str("worker", cfg.ID).Logger(),
+		metrics:     m,
+		names:       cfg.Names,
+		slots:       make(chan struct{}, cfg.Slots),
+		stopCh:      make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		handbackCtx: hctx,
+		handback:    hcancel,
+	}, nil
+}
+
+// ID is the worker's name.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Ready reports whether the worker is connected, has found the work consumer
+// and is not shutting down.
+func (w *Worker) Ready() bool {
+	return w.ready.Load() && !w.stopping.Load() && w.cfg.NC.IsConnected()
+}
+
+// Start starts pulling. It returns at once; until the work consumer exists
+// (the dispatcher creates it) the worker keeps looking for it.
+func (w *Worker) Start(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("worker: already started")
+	}
+	// The largest line that fits one NATS message, with room for headers.
+	w.maxPayload = int(w.cfg.NC.MaxPayload()) - 1024
+	go w.loop(context.WithoutCancel(ctx))
+	return nil
+}
+
+// Stop shuts down in two phases: stop pulling and let running jobs finish
+// within ShutdownGrace; then stop the rest and hand their jobs back (Nak) so
+// another worker continues them at once. ctx bounds the whole wait.
+// Safe to call more than once.
+func (w *Worker) Stop(ctx context.Context) error {
+	var err error
+	w.stopOnce.Do(func() {
+		w.stopping.Store(true)
+		close(w.stopCh)
+		w.mu.Lock()
+		if w.iter != nil {
+			w.iter.Drain()
+		}
+		w.mu.Unlock()
+		if w.started.Load() {
+			select {
+			case <-w.loopDone:
+			case <-ctx.Done():
+			}
+		}
+		done := make(chan struct{})
+		go func() { w.jobs.Wait(); close(done) }()
+		grace := time.NewTimer(w.cfg.ShutdownGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+			return
+		case <-grace.C:
+			w.log.Info().Msg("shutdown grace over; handing running jobs back")
+		case <-ctx.Done():
+		}
+		w.handback(agent.ErrHandback)
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("worker: jobs still running at shutdown: %w", ctx.Err())
+		}
+	})
+	return err
+}
+
+func (w *Worker) loop(ctx context.Context) {
+	defer close(w.loopDone)
+	defer w.ready.Store(false)
+	var warned bool
+	for !w.stopping.Load() {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err := w.js.Consumer(cctx, w.names.JobsStream(), w.names.Consumer())
+		cancel()
+		if err != nil {
+			if !warned {
+				w.log.Warn().Err(err).Msg("waiting for the work consumer (is the dispatcher running?)")
+				warned = true
+			}
+			select {
+			case <-time.After(w.cfg.ConsumerRetry):
+			case <-w.stopCh:
+			}
+			continue
+		}
+		warned = false
+		ackWait := cons.CachedInfo().Config.AckWait
+		it, err := cons.Messages(jetstream.PullMaxMessages(1))
+		if err != nil {
+			w.log.Error().Err(err).Msg("cannot pull from the work consumer")
+			select {
+			case <-time.After(w.cfg.ConsumerRetry):
+			case <-w.stopCh:
+			}
+			continue
+		}
+		w.mu.Lock()
+		w.iter = it
+		stopping := w.stopping.Load()
+		w.mu.Unlock()
+		if stopping {
+			it.Drain()
+		}
+		w.ready.Store(true)
+		w.log.Info().Int("slots", w.cfg.Slots).Dur("ack_wait", ackWait).Msg("pulling jobs")
+		w.pull(it, ackWait)
+		w.ready.Store(false)
+	}
+}
+
+// pull takes one message per free slot until the iterator closes.
+func (w *Worker) pull(it jetstream.MessagesContext, ackWait time.Duration) {
+	defer it.Stop()
+	for {
+		// Take a slot before asking for a job. While shutting down no slot
+		// is needed: Next only drains what the iterator already holds.
+		acquired := false
+		if !w.stopping.Load() {
+			select {
+			case w.slots <- struct{}{}:
+				acquired = true
+			case <-w.stopCh:
+			}
+		}
+		release := func() {
+			if acquired {
+				<-w.slots
+			}
+		}
+		msg, err := it.Next()
+		if err != nil {
+			release()
+			switch {
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				return
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+				continue
+			default:
+				w.log.Warn().Err(err).Msg("pulling jobs")
+				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return
+				}
+				continue
+			}
+		}
+		if w.stopping.Load() || !acquired {
+			// Pulled while shutting down: hand it back at once.
+			_ = msg.Nak()
+			release()
+			continue
+		}
+		w.metrics.running.Inc()
+		w.metrics.freeSlots.Dec()
+		w.jobs.Add(1)
+		go func() {
+			defer func() {
+				w.metrics.running.Dec()
+				w.metrics.freeSlots.Inc()
+				<-w.slots
+				w.jobs.Done()
+			}()
+			w.handle(msg, ackWait)
+		}()
+	}
+}
+
+// envFor returns the job's extra environment, or a validation error naming
+// a variable the operator did not allow.
+func (w *Worker) envFor(job *protocol.Job) (map[string]string, error) {
+	if len(job.Options.Env) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(job.Options.Env))
+	for k, v := range job.Options.Env {
+		if !slices.Contains(w.cfg.EnvAllow, k) {
+			return nil, &protocol.ValidationError{Field: "options.env." + k, Reason: "not in the operator's allow-list"}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// backoff is the NakWithDelay for an infrastructure failure on delivery n.
+func backoff(n uint64) time.Duration {
+	d := time.Second << min(n, 6)
+	d = min(d, time.Minute)
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# make run: one query end to end on this machine. Starts a NATS server (built
+# from the pinned nats-server module) into a temporary store, the dispatcher
+# and one worker with local storage (./data) and the local sandbox, submits a
+# query, follows it to its result, then says where the transcript and the
+# status record are. Uses `claude` when it is installed and ANTHROPIC_API_KEY
+# is set; otherwise says so and uses the bundled stand-in agent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin}
+DATA=${FLEET_RUN_DATA:-./data}
+PROMPT=${PROMPT:-"Say hello to the fleet and explain in one sentence what you are."}
+mkdir -p "$DATA"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/agentfleet-run.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port=${FLEET_RUN_PORT:-14222}
+while ! port_free "$port"; do port=$((port + 1)); done
+url="nats://127.0.0.1:$port"
+
+echo "==> starting NATS (JetStream) on $url, store in $tmp/nats"
+"$BIN/nats-server" -a 127.0.0.1 -p "$port" -js -sd "$tmp/nats" >"$tmp/nats.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do port_free "$port" || break; sleep 0.1; done
+if port_free "$port"; then echo "NATS did not start:"; cat "$tmp/nats.log"; exit 1; fi
+
+if command -v claude >/dev/null 2>&1 && [[ -n "${ANTHROPIC_API_KEY:-}" ]]; then
+  agent="claude"
+  echo "==> agent: claude ($(command -v claude))"
+else
+  agent="$BIN/fleet-standin-agent"
+  echo "==> agent: the bundled STAND-IN agent (no model is called)."
+  echo "    To run real Claude Code: install the claude CLI and set ANTHROPIC_API_KEY, then 'make run' again."
+fi
+
+export FLEET_NATS_URL="$url" FLEET_STORAGE="file://$DATA" FLEET_LOG_FORMAT=console FLEET_LOG_LEVEL=${FLEET_LOG_LEVEL:-warn}
+echo "==> starting the dispatcher and a worker (logs in $tmp)"
+"$BIN/dispatcher" serve --max-concurrency 4 >"$tmp/dispatcher.log" 2>&1 &
+pids+=($!)
+"$BIN/worker" --agent-cmd "$agent" --slots 2 --journal-dir "$DATA/journal" --sandbox-dir "$DATA/sandboxes" \
+  --shutdown-grace 5s >"$tmp/worker.log" 2>&1 &
+pids+=($!)
+
+id="run-$(date +%Y%m%d-%H%M%S)-$RANDOM"
+echo "==> submitting query default/$id and following it"
+echo
+set +e
+for _ in $(seq 1 50); do
+  "$BIN/dispatcher" status "$id" >/dev/null 2>&1
+  rc=$?
+  [[ $rc -eq 3 ]] && break   # the dispatcher answers (not found yet)
+  sleep 0.2
+done
+"$BIN/dispatcher" submit --id "$id" --follow -- "$PROMPT"
+rc=$?
+set -e
+echo
+transcript="$DATA/queries/default/$id/transcript.ndjson"
+for _ in $(seq 1 100); do [[ -f "$transcript" ]] && break; sleep 0.1; done
+echo "==> query finished (exit code $rc)"
+echo "    transcript (raw stream-json, one line per agent message): $transcript"
+echo "    status record: $DATA/status/default/$id.json"
+echo "    replay it any time the stream is up: dispatcher tail $id   (NATS: $url)"
+if [[ $rc -ne 0 ]]; then
+  echo "---- worker log ----"; tail -n 30 "$tmp/worker.log"
+  echo "---- dispatcher log ----"; tail -n 30 "$tmp/dispatcher.log"
+fi
+exit $rc
