@@ -115,6 +115,9 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		AssembleFunc: func(ctx context.Context, tenant, id string) error {
 			return storage.AssembleTranscript(ctx, objects, tenant, id)
 		},
+		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
+			return storage.ReassembleIfAssembled(ctx, objects, tenant, id)
+		},
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("journal")

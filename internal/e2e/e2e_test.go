@@ -163,18 +163,23 @@ func TestWorkerKilledMidRunCompletesAsNextAttempt(t *testing.T) {
 	require.Equal(t, 2, attempt)
 	require.True(t, protocol.ParseMessage(r.Lines[len(r.Lines)-1].Data).IsResult())
 
-	// The killed worker's journal is flushed by a restart of that worker.
-	a2 := fleettest.StartWorkerProcess(t, f.Srv.ClientURL(), jdirA, sdir)
-	_ = a2
+	// The killed worker's journal is flushed by a restart of that worker, and
+	// its late chunks join the transcript, which then holds exactly what
+	// subscribers saw, in Fleet-Seq order (attempt 2 wins any seq both wrote).
+	fleettest.StartWorkerProcess(t, f.Srv.ClientURL(), jdirA, sdir)
+	var want [][]byte
+	for _, l := range r.Lines {
+		want = append(want, l.Data)
+	}
 	fleettest.Eventually(t, time.Minute, func() bool {
 		keys, _ := f.Objects.List(context.Background(), storage.ChunkPrefix("default", "kill-1"))
+		var late bool
 		for _, k := range keys {
-			if strings.HasSuffix(k, ".000001.ndjson") {
-				return true
-			}
+			late = late || strings.HasSuffix(k, ".000001.ndjson")
 		}
-		return false
-	}, "attempt 1's journal persisted after the restart")
+		tr, err := f.Objects.Get(context.Background(), storage.TranscriptKey("default", "kill-1"))
+		return late && err == nil && string(tr) == string(fleettest.JoinLines(want))
+	}, "attempt 1's journal persisted after the restart and the transcript complete")
 }
 
 // waitMsgs waits until subject holds at least n messages in FLEET_QUERIES.

@@ -139,6 +139,9 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 		AssembleFunc: func(ctx context.Context, tenant, id string) error {
 			return storage.AssembleTranscript(ctx, store, tenant, id)
 		},
+		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
+			return storage.ReassembleIfAssembled(ctx, store, tenant, id)
+		},
 	})
 	require.NoError(t, err)
 	require.NoError(t, jl.Start(context.Background()))

@@ -43,9 +43,14 @@ func workerProcess(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	jl, err := journal.New(journal.Config{Dir: jdir, Store: store, AssembleFunc: func(ctx context.Context, tenant, id string) error {
-		return storage.AssembleTranscript(ctx, store, tenant, id)
-	}})
+	jl, err := journal.New(journal.Config{Dir: jdir, Store: store,
+		AssembleFunc: func(ctx context.Context, tenant, id string) error {
+			return storage.AssembleTranscript(ctx, store, tenant, id)
+		},
+		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
+			return storage.ReassembleIfAssembled(ctx, store, tenant, id)
+		},
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

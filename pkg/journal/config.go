@@ -75,6 +75,13 @@ type Config struct {
 	// final=true is persisted. It must be idempotent. Defaults to nil: no
 	// assembly.
 	AssembleFunc func(ctx context.Context, tenant, id string) error
+	// NonFinalFunc is called, retried like AssembleFunc, once every chunk
+	// of a log that was NOT closed final is persisted (a job handed back,
+	// or a log recovered after a crash). The worker uses it to re-assemble
+	// a transcript that a later attempt already assembled, so the late
+	// chunks of a crashed attempt join it. It must be idempotent. Defaults
+	// to nil.
+	NonFinalFunc func(ctx context.Context, tenant, id string) error
 	// Logger receives the journal's logs. Defaults to zerolog.Nop().
 	Logger *zerolog.Logger
 	// Fsync is the fsync policy. Defaults to FsyncInterval.

@@ -272,6 +272,13 @@ func (l *Log) finish(ctx context.Context) error {
 				return err
 			}
 		}
+	} else if cfg.NonFinalFunc != nil {
+		err := l.retry(ctx, "non-final hook", func(ctx context.Context) error {
+			return cfg.NonFinalFunc(ctx, l.key.tenant, l.key.id)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	if err := l.removeFiles(); err != nil {
 		// Everything is in storage; the next Start re-puts the last chunk

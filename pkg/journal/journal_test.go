@@ -684,3 +684,27 @@ func TestStartLocksDir(t *testing.T) {
 	require.NoError(t, j2.Start(t.Context()), "the lock is released by Stop")
 	require.NoError(t, j2.Stop(t.Context()))
 }
+
+func TestNonFinalLogCallsNonFinalFuncAfterItsChunks(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	cfg := testConfig(t, store)
+	cfg.ChunkBytes = 300
+	var finalCalls, nonFinal atomic.Int64
+	var seen []byte
+	cfg.AssembleFunc = func(context.Context, string, string) error { finalCalls.Add(1); return nil }
+	cfg.NonFinalFunc = func(_ context.Context, tenant, id string) error {
+		nonFinal.Add(1)
+		seen = store.joined(tenant, id)
+		return nil
+	}
+	j := startJournal(t, cfg)
+	l, err := j.Open("acme", "q1", 1)
+	require.NoError(t, err)
+	want := appendLines(t, l, 1, 30, 50)
+	require.NoError(t, l.Close(false))
+	require.NoError(t, j.WaitPersisted(testCtx(t), "acme", "q1"))
+	require.Equal(t, int64(1), nonFinal.Load(), "called once the handed-back log is persisted")
+	require.Zero(t, finalCalls.Load(), "a non-final log is never assembled")
+	require.Equal(t, string(want), string(seen), "called only after every chunk is persisted")
+}

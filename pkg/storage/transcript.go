@@ -274,3 +274,17 @@ func ReadTranscript(ctx context.Context, s Store, tenant, id string) ([]byte, er
 	}
 	return buf.Bytes(), nil
 }
+
+// ReassembleIfAssembled assembles a query's transcript again if one exists,
+// so late chunks (an older attempt's, flushed by a worker that restarted
+// after a crash) join it. With no transcript it does nothing: the attempt
+// that ends the query assembles it.
+func ReassembleIfAssembled(ctx context.Context, s Store, tenant, id string) error {
+	if _, err := s.Get(ctx, TranscriptKey(tenant, id)); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return AssembleTranscript(ctx, s, tenant, id)
+}

@@ -385,3 +385,22 @@ func lines(ns ...int) string {
 	}
 	return b.String()
 }
+
+func TestReassembleIfAssembled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := storagetest.NewMem()
+	// No transcript yet: nothing is written.
+	require.NoError(t, s.Put(ctx, storage.ChunkKey("t", "q", 1, 1), []byte("a\n")))
+	require.NoError(t, storage.ReassembleIfAssembled(ctx, s, "t", "q"))
+	_, err := s.Get(ctx, storage.TranscriptKey("t", "q"))
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	// Assembled by attempt 2; then attempt 1's late chunk arrives.
+	require.NoError(t, s.Put(ctx, storage.ChunkKey("t", "q", 3, 2), []byte("c\n")))
+	require.NoError(t, storage.AssembleTranscript(ctx, s, "t", "q"))
+	require.NoError(t, s.Put(ctx, storage.ChunkKey("t", "q", 2, 1), []byte("b\n")))
+	require.NoError(t, storage.ReassembleIfAssembled(ctx, s, "t", "q"))
+	got, err := s.Get(ctx, storage.TranscriptKey("t", "q"))
+	require.NoError(t, err)
+	require.Equal(t, "a\nb\nc\n", string(got))
+}
