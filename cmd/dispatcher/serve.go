@@ -32,7 +32,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		maxConc, maxDeliver, reps int
 		ackWait, maxAge           time.Duration
 	)
-	config.AddCommon(fs, &common)
+	config.AddCommon(fs, &common, "dispatcher")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
 	fs.StringVar(&statusURL, "status-storage", "", "status storage URL; defaults to --storage (env FLEET_STATUS_STORAGE)")
 	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics; 127.0.0.1:0 = off (env FLEET_HTTP)")

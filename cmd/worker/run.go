@@ -39,7 +39,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		grace, resultGrace           time.Duration
 		agentEnv, jobEnvAllow        []string
 	)
-	config.AddCommon(fs, &common)
+	config.AddCommon(fs, &common, "worker")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
 	fs.StringVar(&agentCmd, "agent-cmd", "claude", "agent program and fixed leading args, split like a shell (never run by one) (env FLEET_AGENT_CMD)")
 	fs.StringVar(&sbName, "sandbox", "local", "default sandbox provider: local or cloudflare (env FLEET_SANDBOX)")

@@ -22,10 +22,16 @@ type Common struct {
 	Prefix    string
 	LogFormat string
 	LogLevel  string
+	// InboxPrefix is the connection's reply-inbox prefix. Each role has its
+	// own (_INBOX_worker, _INBOX_dispatcher, _INBOX_client) so the server's
+	// permissions can let a role read only its own replies.
+	InboxPrefix string
 }
 
-// AddCommon defines the common flags on fs.
-func AddCommon(fs *pflag.FlagSet, c *Common) {
+// AddCommon defines the common flags on fs; role names the default reply
+// inbox prefix (_INBOX_<role>).
+func AddCommon(fs *pflag.FlagSet, c *Common, role string) {
+	fs.StringVar(&c.InboxPrefix, "inbox-prefix", "_INBOX_"+role, "reply inbox prefix, for per-role NATS permissions (env FLEET_INBOX_PREFIX)")
 	fs.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated (env FLEET_NATS_URL)")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (env FLEET_NATS_CREDS)")
 	fs.StringVar(&c.Prefix, "prefix", "fleet", "subject prefix (env FLEET_PREFIX)")
@@ -103,6 +109,9 @@ func Connect(c Common, name string, log zerolog.Logger, extra ...nats.Option) (*
 	}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	opts = append(opts, extra...)
 	return nats.Connect(c.NATSURL, opts...)

@@ -54,7 +54,7 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 	fs := pflag.NewFlagSet("dispatcher "+cmd, pflag.ContinueOnError)
 	fs.SetOutput(stdio.Err)
 	var common config.Common
-	config.AddCommon(fs, &common)
+	config.AddCommon(fs, &common, "client")
 	var (
 		tenant                               = fs.String("tenant", protocol.DefaultTenant, "tenant")
 		raw                                  = fs.Bool("raw", false, "print raw stream-json lines instead of rendering them")

@@ -62,6 +62,12 @@ type Opts struct {
 	AckWait        time.Duration
 	MaxDeliver     int
 	ServerOpts     []natstest.Option
+	// Server, if set, is used instead of starting one (e.g. one started
+	// from deploy/nats/nats-server.conf).
+	Server *server.Server
+	// Connect, if set, makes the connection of a role: "dispatcher",
+	// "worker" or "client". Defaults to an unauthenticated natstest.Connect.
+	Connect func(t testing.TB, role string) *nats.Conn
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -77,16 +83,30 @@ type Fleet struct {
 	Disp    *dispatcher.Service
 	Client  *fleetcli.Client
 	Logger  zerolog.Logger
+	connect func(t testing.TB, role string) *nats.Conn
 }
 
 // New starts a fleet (server, dispatcher, storage) for t.
 func New(t testing.TB, o Opts) *Fleet {
 	t.Helper()
-	srv, nc, js := natstest.RunJetStream(t, o.ServerOpts...)
+	srv := o.Server
+	if srv == nil {
+		srv = natstest.RunServer(t, o.ServerOpts...)
+	}
+	connect := o.Connect
+	if connect == nil {
+		connect = func(t testing.TB, _ string) *nats.Conn {
+			nc, _ := natstest.Connect(t, srv)
+			return nc
+		}
+	}
+	nc := connect(t, "dispatcher")
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
 	dir := t.TempDir()
 	objects, err := storage.NewFS(filepath.Join(dir, "data"))
 	require.NoError(t, err)
-	f := &Fleet{t: t, Srv: srv, NC: nc, JS: js, Names: protocol.NewNames(""), Dir: dir, Objects: objects}
+	f := &Fleet{t: t, Srv: srv, NC: nc, JS: js, Names: protocol.NewNames(""), Dir: dir, Objects: objects, connect: connect}
 	f.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(logLevel())
 	if o.AckWait == 0 {
 		o.AckWait = 30 * time.Second
@@ -100,7 +120,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	defer cancel()
 	require.NoError(t, f.Disp.Start(ctx))
 	t.Cleanup(func() { _ = f.Disp.Stop(context.Background()) })
-	f.Client, err = fleetcli.NewClient(nc, f.Names)
+	f.Client, err = fleetcli.NewClient(connect(t, "client"), f.Names)
 	require.NoError(t, err)
 	return f
 }
@@ -127,7 +147,7 @@ type WorkerOpts struct {
 func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	t := f.t
 	t.Helper()
-	nc, _ := natstest.Connect(t, f.Srv)
+	nc := f.connect(t, "worker")
 	store := o.Store
 	if store == nil {
 		store = f.Objects

@@ -1,0 +1,364 @@
+// Package bench holds the fleet's benchmarks (`make bench`). Each figure is
+// printed as one line, `name value unit`, measured in one run on one embedded
+// server beside its baseline, and reported as a ratio where the issue asks
+// for one. Run with: go test -run '^$' -bench . -benchtime 1x ./internal/bench/
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+func TestMain(m *testing.M) { fleettest.Main(m) }
+
+func figure(name string, value float64, unit string) {
+	fmt.Printf("%s %s %s\n", name, strconv.FormatFloat(value, 'f', 3, 64), unit)
+}
+
+// Sizes are the workloads; the smoke test shrinks them.
+type sizes struct {
+	relayLines, dispatchJobs, firstLineJobs, latencyLines, queuedJobs int
+}
+
+var full = sizes{relayLines: 100_000, dispatchJobs: 1000, firstLineJobs: 200, latencyLines: 2000, queuedJobs: 10_000}
+
+// terminalWatcher counts terminal status events.
+func terminalWatcher(t testing.TB, nc *nats.Conn, names protocol.Names) (chan protocol.StatusEvent, func()) {
+	ch := make(chan protocol.StatusEvent, 1<<16)
+	sub, err := nc.Subscribe(names.StatusWildcard(), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil && ev.State.Terminal() {
+			ch <- ev
+		}
+	})
+	require.NoError(t, err)
+	return ch, func() { _ = sub.Unsubscribe() }
+}
+
+func waitTerminal(t testing.TB, ch chan protocol.StatusEvent, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for i := 0; i < n; i++ {
+		select {
+		case ev := <-ch:
+			require.Equal(t, protocol.StateSucceeded, ev.State, "query %s: %+v", ev.ID, ev.Error)
+		case <-deadline:
+			t.Fatalf("%d of %d queries finished in %s", i, n, timeout)
+		}
+	}
+}
+
+// relay measures lines/s relayed and journaled from one agent writing n
+// lines of 1 KiB, beside raw async JetStream publishing of the same payloads
+// (same headers) into a stream configured like FLEET_QUERIES.
+func relay(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
+	f := fleettest.New(t, fleettest.Opts{})
+	ctx := context.Background()
+
+	// Baseline: raw nats.go async publish on the same server.
+	cfg := jetstream.StreamConfig{
+		Name: "BASELINE", Subjects: []string{"baseline.>"}, Retention: jetstream.LimitsPolicy,
+		Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute, AllowDirect: true,
+	}
+	_, err := f.JS.CreateOrUpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	js, err := jetstream.New(f.NC, jetstream.WithPublishAsyncMaxPending(256))
+	require.NoError(t, err)
+	payload := []byte(`{"type":"assistant","text":"` + strings.Repeat("x", 1024-30) + `"}`)
+	start := time.Now()
+	for i := range sz.relayLines {
+		m := nats.NewMsg("baseline.default.q.msg")
+		m.Data = payload
+		seq := strconv.Itoa(i + 1)
+		m.Header.Set(protocol.HeaderSeq, seq)
+		m.Header.Set(protocol.HeaderAttempt, "1")
+		m.Header.Set(protocol.HeaderMsgID, "q.1."+seq)
+		m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		for {
+			_, err = js.PublishMsgAsync(m)
+			if err == nil {
+				break
+			}
+			<-js.PublishAsyncComplete()
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		t.Fatal("baseline publishes not acknowledged")
+	}
+	baseRate = float64(sz.relayLines) / time.Since(start).Seconds()
+
+	// The fleet: one agent writing the same number of 1 KiB lines.
+	var startedAt atomic.Int64
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(string, string, int) { startedAt.Store(time.Now().UnixNano()) }
+	}})
+	fleettest.WaitReady(t, w.W)
+	done, stop := terminalWatcher(t, f.NC, f.Names)
+	defer stop()
+	f.SubmitJSON("default", "relay-1", fmt.Sprintf("/standin lines=%d size=1024", sz.relayLines))
+	waitTerminal(t, done, 1, 10*time.Minute)
+	elapsed := time.Since(time.Unix(0, startedAt.Load()))
+	fleetRate = float64(sz.relayLines+3) / elapsed.Seconds()
+	return fleetRate, baseRate
+}
+
+// dispatch measures jobs/s for n stand-in jobs (3 lines each) on one worker
+// with 8 slots, beside spawning and reaping the same stand-in 8 at a time.
+func dispatch(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
+	cmd := fleettest.AgentCommand(t)
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(sz.dispatchJobs) {
+				c := exec.Command(cmd[0], append(cmd[1:], "-p", "--output-format", "stream-json", "--verbose")...)
+				c.Stdin = strings.NewReader("hi")
+				out, err := c.StdoutPipe()
+				if err != nil {
+					panic(err)
+				}
+				if err := c.Start(); err != nil {
+					panic(err)
+				}
+				_, _ = io.Copy(io.Discard, out)
+				_ = c.Wait()
+			}
+		})
+	}
+	wg.Wait()
+	baseRate = float64(sz.dispatchJobs) / time.Since(start).Seconds()
+
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 8})
+	fleettest.WaitReady(t, w.W)
+	done, stop := terminalWatcher(t, f.NC, f.Names)
+	defer stop()
+	start = time.Now()
+	for i := range sz.dispatchJobs {
+		f.SubmitJSON("default", "d"+strconv.Itoa(i), "hi")
+	}
+	waitTerminal(t, done, sz.dispatchJobs, 10*time.Minute)
+	fleetRate = float64(sz.dispatchJobs) / time.Since(start).Seconds()
+	return fleetRate, baseRate
+}
+
+func percentile(d []time.Duration, p float64) float64 {
+	slices.Sort(d)
+	i := int(float64(len(d)-1) * p)
+	return float64(d[i]) / float64(time.Millisecond)
+}
+
+// latency measures publish-to-first-line at a subscriber (idle worker) and
+// agent-write-to-subscriber for single lines.
+func latency(t testing.TB, sz sizes) (p50, p99, lineP99 float64) {
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	done, stop := terminalWatcher(t, f.NC, f.Names)
+	defer stop()
+	sub, err := f.NC.SubscribeSync(f.Names.Prefix() + ".query.default.*.msg")
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	var first []time.Duration
+	for i := range sz.firstLineJobs {
+		id := "fl" + strconv.Itoa(i)
+		t0 := time.Now()
+		f.SubmitJSON("default", id, "hi")
+		for {
+			m, err := sub.NextMsg(time.Minute)
+			require.NoError(t, err)
+			if strings.Contains(m.Subject, "."+id+".") && m.Header.Get(protocol.HeaderSeq) == "1" {
+				first = append(first, time.Since(t0))
+				break
+			}
+		}
+		waitTerminal(t, done, 1, time.Minute) // idle again before the next
+	}
+	p50, p99 = percentile(first, 0.50), percentile(first, 0.99)
+
+	stamp := regexp.MustCompile(` t=(\d+)`)
+	lsub, err := f.NC.SubscribeSync(f.Names.QueryMsg("default", "lat-1"))
+	require.NoError(t, err)
+	defer lsub.Unsubscribe()
+	f.SubmitJSON("default", "lat-1", fmt.Sprintf("/standin lines=%d delay=1ms stamp=1", sz.latencyLines))
+	var lines []time.Duration
+	for len(lines) < sz.latencyLines {
+		m, err := lsub.NextMsg(time.Minute)
+		require.NoError(t, err)
+		if s := stamp.FindSubmatch(m.Data); s != nil {
+			ns, _ := strconv.ParseInt(string(s[1]), 10, 64)
+			lines = append(lines, time.Since(time.Unix(0, ns)))
+		}
+	}
+	return p50, p99, percentile(lines, 0.99)
+}
+
+func build(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	c := exec.Command("go", "build", "-o", out, pkg)
+	c.Dir = "../.."
+	c.Stderr = os.Stderr
+	require.NoError(t, c.Run(), "go build %s", pkg)
+	return out
+}
+
+func rssMB(t testing.TB, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// steadyRSS samples a process's RSS until it stops growing.
+func steadyRSS(t testing.TB, pid int) float64 {
+	last := rssMB(t, pid)
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		cur := rssMB(t, pid)
+		if cur <= last+0.05 {
+			return max(cur, last)
+		}
+		last = cur
+	}
+	return last
+}
+
+func freePort(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// rss measures the worker binary's idle RSS beside a bare nats.go client,
+// and its growth while jobs are queued (workers hold no backlog).
+func rss(t testing.TB, sz sizes) (idle, base, delta float64) {
+	dir := t.TempDir()
+	workerBin := build(t, dir, "./cmd/worker")
+	agentBin := build(t, dir, "./cmd/fleet-standin-agent")
+	bareBin := build(t, dir, "./internal/bench/bareclient")
+	f := fleettest.New(t, fleettest.Opts{})
+	url := f.Srv.ClientURL()
+
+	bare := exec.Command(bareBin, url)
+	out, err := bare.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, bare.Start())
+	defer func() { _ = bare.Process.Kill(); _ = bare.Wait() }()
+	_, err = bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	base = steadyRSS(t, bare.Process.Pid)
+
+	httpAddr := freePort(t)
+	wk := exec.Command(workerBin, "--nats-url", url, "--storage", "file://"+filepath.Join(dir, "data"),
+		"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
+		"--agent-cmd", agentBin, "--slots", "1", "--http", httpAddr, "--log-level", "warn")
+	wk.Stderr = os.Stderr
+	require.NoError(t, wk.Start())
+	defer func() { _ = wk.Process.Kill(); _ = wk.Wait() }()
+	fleettest.Eventually(t, time.Minute, func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "worker ready")
+	idle = steadyRSS(t, wk.Process.Pid)
+
+	// Occupy the worker's only slot, then queue many jobs behind it.
+	sub, err := f.NC.SubscribeSync(f.Names.QueryMsg("default", "hold"))
+	require.NoError(t, err)
+	f.SubmitJSON("default", "hold", "/standin sleep=1h")
+	_, err = sub.NextMsg(time.Minute)
+	require.NoError(t, err)
+	before := steadyRSS(t, wk.Process.Pid)
+	for i := range sz.queuedJobs {
+		f.SubmitJSON("default", "queued-"+strconv.Itoa(i), "hi")
+	}
+	after := steadyRSS(t, wk.Process.Pid)
+	return idle, base, after - before
+}
+
+func BenchmarkFleet(b *testing.B) {
+	b.Run("relay", func(b *testing.B) {
+		fleetRate, baseRate := relay(b, full)
+		figure("relay_lines_per_s", fleetRate, "lines/s")
+		figure("relay_baseline_lines_per_s", baseRate, "lines/s")
+		figure("relay_ratio", fleetRate/baseRate, "ratio")
+		b.ReportMetric(fleetRate/baseRate, "relay_ratio")
+	})
+	b.Run("dispatch", func(b *testing.B) {
+		fleetRate, baseRate := dispatch(b, full)
+		figure("dispatch_jobs_per_s", fleetRate, "jobs/s")
+		figure("dispatch_baseline_jobs_per_s", baseRate, "jobs/s")
+		figure("dispatch_ratio", fleetRate/baseRate, "ratio")
+		b.ReportMetric(fleetRate/baseRate, "dispatch_ratio")
+	})
+	b.Run("latency", func(b *testing.B) {
+		p50, p99, lineP99 := latency(b, full)
+		figure("first_line_p50_ms", p50, "ms")
+		figure("first_line_p99_ms", p99, "ms")
+		figure("line_p99_ms", lineP99, "ms")
+	})
+	b.Run("rss", func(b *testing.B) {
+		idle, base, delta := rss(b, full)
+		figure("idle_rss_mb", idle, "MB")
+		figure("baseline_client_rss_mb", base, "MB")
+		figure("idle_rss_ratio", idle/base, "ratio")
+		figure("queued_rss_delta_mb", delta, "MB")
+	})
+}
+
+// TestBenchmarksRun runs every benchmark at a tiny size so they cannot rot.
+// It asserts that they complete and produce sane figures, never their speed.
+func TestBenchmarksRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole fleet several times; skipped with -short")
+	}
+	tiny := sizes{relayLines: 500, dispatchJobs: 16, firstLineJobs: 3, latencyLines: 20, queuedJobs: 50}
+	fr, br := relay(t, tiny)
+	require.Positive(t, fr)
+	require.Positive(t, br)
+	fr, br = dispatch(t, tiny)
+	require.Positive(t, fr)
+	require.Positive(t, br)
+	p50, p99, l99 := latency(t, tiny)
+	require.Positive(t, p50)
+	require.GreaterOrEqual(t, p99, p50)
+	require.GreaterOrEqual(t, l99, 0.0)
+}
