@@ -21,6 +21,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
+	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
 )
 
 func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fleetcli.IO) int {

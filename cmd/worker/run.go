@@ -26,6 +26,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
+	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
 )
 
 func run(ctx context.Context, stop context.CancelFunc, args []string) int {
