@@ -66,6 +66,9 @@ type Service struct {
 	consumes []jetstream.ConsumeContext
 	ready    bool
 	stopped  bool
+
+	indexQ    chan jetstream.Msg
+	indexDone chan struct{}
 }
 
 // New returns a Service.
@@ -124,11 +127,18 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: status index consumer: %w", err)
 	}
-	cc, err := idx.Consume(s.indexStatus, jetstream.PullMaxMessages(256))
+	// The index handler only queues; one goroutine drains the queue in
+	// batches and writes each query's newest event once per batch, so a
+	// busy fleet costs one storage write per query per batch, not one per
+	// event.
+	s.indexQ = make(chan jetstream.Msg, 1024)
+	s.indexDone = make(chan struct{})
+	cc, err := idx.Consume(func(m jetstream.Msg) { s.indexQ <- m }, jetstream.PullMaxMessages(512))
 	if err != nil {
 		return fmt.Errorf("dispatcher: status index: %w", err)
 	}
 	s.consumes = append(s.consumes, cc)
+	go s.indexLoop(cc)
 	dlq, err := s.js.CreateOrUpdateConsumer(ctx, n.AdvisoryStream(), jetstream.ConsumerConfig{
 		Durable:       DLQConsumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -360,22 +370,75 @@ func (s *Service) handleList(m *nats.Msg) {
 	reply(m, protocol.APIReply{OK: true, Queries: out})
 }
 
-// indexStatus keeps the status index: every status event goes to storage.
-func (s *Service) indexStatus(m jetstream.Msg) {
-	var ev protocol.StatusEvent
-	if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidID(ev.ID) || !protocol.ValidTenant(ev.Tenant) {
-		s.log.Warn().Str("subject", m.Subject()).Msg("unreadable status event; skipping it")
-		_ = m.Term()
-		return
+// indexLoop keeps the status index: every status event goes to storage.
+// It takes whatever events are queued (up to indexBatch), keeps the newest
+// per query (storage.Newer), writes those, then acks the batch; a failed
+// write naks that query's events for a retry.
+func (s *Service) indexLoop(cc jetstream.ConsumeContext) {
+	defer close(s.indexDone)
+	const indexBatch = 512
+	for {
+		var first jetstream.Msg
+		select {
+		case first = <-s.indexQ:
+		case <-cc.Closed():
+			return
+		}
+		batch := []jetstream.Msg{first}
+	drain:
+		for len(batch) < indexBatch {
+			select {
+			case m := <-s.indexQ:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		s.indexBatch(batch)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := storage.PutStatus(ctx, s.cfg.Status, ev); err != nil {
-		s.log.Warn().Err(err).Str("query_id", ev.ID).Msg("indexing status failed; will retry")
-		_ = m.NakWithDelay(2 * time.Second)
-		return
+}
+
+func (s *Service) indexBatch(batch []jetstream.Msg) {
+	type entry struct {
+		ev   protocol.StatusEvent
+		msgs []jetstream.Msg
 	}
-	_ = m.Ack()
+	newest := map[string]*entry{}
+	var order []string
+	for _, m := range batch {
+		var ev protocol.StatusEvent
+		if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidID(ev.ID) || !protocol.ValidTenant(ev.Tenant) {
+			s.log.Warn().Str("subject", m.Subject()).Msg("unreadable status event; skipping it")
+			_ = m.Term()
+			continue
+		}
+		key := storage.StatusKey(ev.Tenant, ev.ID)
+		e := newest[key]
+		if e == nil {
+			e = &entry{ev: ev}
+			newest[key] = e
+			order = append(order, key)
+		} else if storage.Newer(ev, e.ev) {
+			e.ev = ev
+		}
+		e.msgs = append(e.msgs, m)
+	}
+	for _, key := range order {
+		e := newest[key]
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := storage.PutStatus(ctx, s.cfg.Status, e.ev)
+		cancel()
+		for _, m := range e.msgs {
+			if err != nil {
+				_ = m.NakWithDelay(2 * time.Second)
+			} else {
+				_ = m.Ack()
+			}
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Str("query_id", e.ev.ID).Msg("indexing status failed; will retry")
+		}
+	}
 }
 
 // advisory is the max-deliveries advisory of the work consumer.

@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -182,19 +183,37 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 		emitText(2, strings.Repeat("b", d.big))
 		flush()
 	}
+	// Scripted lines are built by hand (no reflection, no syscall per
+	// uuid) so the stand-in can write far faster than any relay reads:
+	// benchmarks then measure the fleet, not the agent.
+	rng := fastRand()
+	var line []byte
 	for i := range d.lines {
 		if d.delay > 0 {
 			flush()
 			time.Sleep(d.delay)
 		}
-		t := fmt.Sprintf("line %d", i+1)
+		line = line[:0]
+		line = append(line, `{"type":"assistant","message":{"id":"msg_standin_`...)
+		line = strconv.AppendInt(line, int64(3+i), 10)
+		line = append(line, `","type":"message","role":"assistant","model":"`+Model+`","content":[{"type":"text","text":"line `...)
+		line = strconv.AppendInt(line, int64(i+1), 10)
 		if d.stamp {
-			t += fmt.Sprintf(" t=%d", time.Now().UnixNano())
+			line = append(line, " t="...)
+			line = strconv.AppendInt(line, time.Now().UnixNano(), 10)
 		}
-		if pad := d.size - 260 - len(t); pad > 0 {
-			t += " " + strings.Repeat("x", pad)
+		const rest = `"}],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}},"parent_tool_use_id":null,"session_id":"` +
+			`00000000-0000-4000-8000-000000000000","uuid":"00000000-0000-4000-8000-000000000000"}`
+		if pad := d.size - len(line) - len(rest) - 1; pad > 0 {
+			line = append(line, ' ')
+			line = append(line, padding(pad-1)...)
 		}
-		emitText(3+i, t)
+		line = append(line, `"}],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}},"parent_tool_use_id":null,"session_id":"`...)
+		line = append(line, session...)
+		line = append(line, `","uuid":"`...)
+		line = appendUUID(line, rng)
+		line = append(line, "\"}\n"...)
+		_, _ = w.Write(line)
 	}
 	flush()
 	if d.sleep > 0 {
@@ -224,6 +243,33 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+var pad = strings.Repeat("x", 1<<20)
+
+func padding(n int) string { return pad[:min(n, len(pad))] }
+
+// fastRand is a seeded non-cryptographic generator for the scripted lines'
+// uuids (unique enough for a stand-in, and no syscall per line).
+func fastRand() *mrand.ChaCha8 {
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	return mrand.NewChaCha8(seed)
+}
+
+func appendUUID(b []byte, r *mrand.ChaCha8) []byte {
+	var u [16]byte
+	_, _ = r.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	const hex = "0123456789abcdef"
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return b
 }
 
 func quote(s string) string {

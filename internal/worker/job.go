@@ -22,7 +22,9 @@ import (
 const apiTimeout = 10 * time.Second
 
 // handle runs one job message to its outcome.
-func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration) {
+// runEnded is called once the job no longer runs an agent (it may be
+// called more than once).
+func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func()) {
 	md, err := msg.Metadata()
 	if err != nil {
 		w.log.Error().Err(err).Msg("job without metadata; terminating it")
@@ -66,7 +68,7 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration) {
 	defer stopHB()
 	go w.heartbeat(hbCtx, msg, ackWait)
 
-	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log}
+	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded}
 	q.run(provider, env)
 }
 
@@ -136,6 +138,15 @@ func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, att
 }
 
 func (w *Worker) publishStatus(ctx context.Context, ev protocol.StatusEvent) error {
+	m, err := w.statusMsg(ev)
+	if err != nil {
+		return err
+	}
+	_, err = w.js.PublishMsg(ctx, m)
+	return err
+}
+
+func (w *Worker) statusMsg(ev protocol.StatusEvent) (*nats.Msg, error) {
 	ev.V = protocol.SchemaVersion
 	ev.Worker = w.cfg.ID
 	if ev.At.IsZero() {
@@ -143,13 +154,12 @@ func (w *Worker) publishStatus(ctx context.Context, ev protocol.StatusEvent) err
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m := nats.NewMsg(w.names.QueryStatus(ev.Tenant, ev.ID))
 	m.Data = b
 	m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-	_, err = w.js.PublishMsg(ctx, m)
-	return err
+	return m, nil
 }
 
 // query is one attempt of one job on this worker.
@@ -160,6 +170,8 @@ type query struct {
 	attempt int
 	log     zerolog.Logger
 	fenced  atomic.Bool
+	// runEnded frees the worker slot once the agent has exited.
+	runEnded func()
 }
 
 func (q *query) run(provider sandbox.Provider, env map[string]string) {
@@ -167,15 +179,9 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	ctx := context.Background()
 	started := time.Now()
 
-	// Where the previous attempt (if any) stopped, and whether a cancel is
-	// already on record for this query.
-	lastSeq, cancelled, err := q.history(ctx)
-	if err != nil {
-		q.retry(fmt.Errorf("reading the query's history: %w", err), "")
-		return
-	}
-
-	// Cancel and fence signals for this run.
+	// Cancel and fence signals for this run. Subscribing comes before the
+	// history read on the same connection, which the server handles in
+	// order: a cancel is either in the history or delivered to us.
 	runCtx, cancelRun := context.WithCancelCause(w.handbackCtx)
 	defer cancelRun(nil)
 	subs, err := q.subscribe(cancelRun)
@@ -188,6 +194,14 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 			_ = s.Unsubscribe()
 		}
 	}()
+
+	// Where the previous attempt (if any) stopped, and whether a cancel is
+	// already on record for this query.
+	lastSeq, cancelled, err := q.history(ctx)
+	if err != nil {
+		q.retry(fmt.Errorf("reading the query's history: %w", err), "")
+		return
+	}
 
 	if q.attempt > 1 {
 		// Announces the new attempt; an older attempt still running
@@ -215,9 +229,12 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	if cancelled {
 		out, runErr = q.cancelledBeforeStart(emit)
 	} else {
-		q.status(ctx, protocol.StatusEvent{State: protocol.StateRunning})
+		// Not waited for: it goes out on the same connection ahead of
+		// everything that follows, and a failure is only logged.
+		q.statusAsync(protocol.StatusEvent{State: protocol.StateRunning})
 		out, runErr = q.execute(runCtx, provider, env, emit)
 	}
+	q.runEnded()
 
 	switch {
 	case q.fenced.Load():
@@ -254,9 +271,20 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	ev := terminalStatus(out)
 	ev.Result.Lines = out.Lines
 	ev.Result.LastSeq = rel.seq
-	q.status(fctx, ev)
+	// The terminal status and the ack are pipelined: the server handles
+	// them in order on this connection, so the status is stored before the
+	// ack; a status that failed is published again after.
+	fut := q.statusAsync(ev)
 	if err := q.msg.DoubleAck(fctx); err != nil {
 		q.log.Warn().Err(err).Msg("ack failed; the job may run again")
+	}
+	if fut != nil {
+		select {
+		case <-fut.Ok():
+		case <-fut.Err():
+			q.status(fctx, ev)
+		case <-fctx.Done():
+		}
 	}
 	w.metrics.jobs.WithLabelValues(string(ev.State)).Inc()
 	w.metrics.runDuration.Observe(time.Since(started).Seconds())
@@ -270,11 +298,22 @@ func (q *query) history(ctx context.Context) (lastSeq uint64, cancelled bool, er
 	w, job := q.w, q.job
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	st, err := w.js.Stream(ctx, w.names.QueriesStream())
+	st, err := w.queriesStream(ctx)
 	if err != nil {
 		return 0, false, err
 	}
+	// The two lookups are independent: ask both at once.
+	var (
+		ctlMsg *jetstream.RawStreamMsg
+		ctlErr error
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		ctlMsg, ctlErr = st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
+	}()
 	m, err := st.GetLastMsgForSubject(ctx, w.names.QueryMsg(job.Tenant, job.ID))
+	<-done
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
@@ -282,18 +321,36 @@ func (q *query) history(ctx context.Context) (lastSeq uint64, cancelled bool, er
 	default:
 		lastSeq, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
 	}
-	c, err := st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return 0, false, err
+	case errors.Is(ctlErr, jetstream.ErrMsgNotFound):
+	case ctlErr != nil:
+		return 0, false, ctlErr
 	default:
 		var op protocol.CtlOp
-		if json.Unmarshal(c.Data, &op) == nil && op.Op == protocol.OpCancel {
+		if json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel {
 			cancelled = true
 		}
 	}
 	return lastSeq, cancelled, nil
+}
+
+// queriesStream is the FLEET_QUERIES handle, looked up once (a handle is
+// only the stream's name and cached info; message gets go to the server).
+func (w *Worker) queriesStream(ctx context.Context) (jetstream.Stream, error) {
+	w.mu.Lock()
+	st := w.queries
+	w.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := w.js.Stream(ctx, w.names.QueriesStream())
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.queries = st
+	w.mu.Unlock()
+	return st, nil
 }
 
 // subscribe listens for cancel on .ctl and for a later attempt on .status.
@@ -348,12 +405,17 @@ func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[
 		// synthetic result through the runner's spawn-failure path.
 		sb = failedSandbox{err: err}
 	}
+	// The sandbox is destroyed in the background once the run is over (its
+	// processes are already gone), so the slot frees without waiting for
+	// the directory to be removed; Stop waits for these.
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Destroy(dctx); err != nil {
-			q.log.Warn().Err(err).Msg("destroying the sandbox")
-		}
+		w.cleanup.Go(func() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := sb.Destroy(dctx); err != nil {
+				q.log.Warn().Err(err).Msg("destroying the sandbox")
+			}
+		})
 	}()
 	if hook := w.cfg.Test.RunStarted; hook != nil {
 		hook(job.Tenant, job.ID, q.attempt)
@@ -405,6 +467,20 @@ func (q *query) retry(cause error, code string) {
 	}
 	_ = q.msg.NakWithDelay(d)
 	q.w.metrics.jobs.WithLabelValues("retried").Inc()
+}
+
+// statusAsync publishes a status event without waiting for its ack.
+func (q *query) statusAsync(ev protocol.StatusEvent) jetstream.PubAckFuture {
+	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata
+	m, err := q.w.statusMsg(ev)
+	if err == nil {
+		var f jetstream.PubAckFuture
+		if f, err = q.w.js.PublishMsgAsync(m); err == nil {
+			return f
+		}
+	}
+	q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
+	return nil
 }
 
 func (q *query) status(ctx context.Context, ev protocol.StatusEvent) {

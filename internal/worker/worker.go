@@ -7,8 +7,11 @@
 //
 // One iterator with PullMaxMessages(1) and a slot semaphore: Next is called
 // only while a slot is free, so a busy worker holds no queued job and never
-// prefetches (the default Consume prefetches 500). Fleet-wide concurrency is
-// the consumer's MaxAckPending, enforced by the server.
+// prefetches (the default Consume prefetches 500). A slot is taken from the
+// pull until the agent has exited; the job's last steps (flush, terminal
+// status, ack) then finish without holding it, at most Slots jobs at once.
+// Fleet-wide concurrency is the consumer's MaxAckPending, enforced by the
+// server, which counts a job until its ack.
 //
 // # Outcomes
 //
@@ -148,6 +151,7 @@ type Worker struct {
 	names   protocol.Names
 
 	slots      chan struct{}
+	finishing  chan struct{} // jobs past their run, still finishing
 	maxPayload int
 
 	ready    atomic.Bool
@@ -157,10 +161,13 @@ type Worker struct {
 	started  atomic.Bool
 	stopOnce sync.Once
 
-	mu   sync.Mutex
-	iter jetstream.MessagesContext
+	mu      sync.Mutex
+	iter    jetstream.MessagesContext
+	queries jetstream.Stream
 
 	jobs sync.WaitGroup
+	// cleanup tracks sandbox destruction after runs.
+	cleanup sync.WaitGroup
 	// handback cancels every run with agent.ErrHandback (shutdown phase 2).
 	handbackCtx context.Context
 	handback    context.CancelCauseFunc
@@ -188,6 +195,7 @@ func New(cfg Config) (*Worker, error) {
 		metrics:     m,
 		names:       cfg.Names,
 		slots:       make(chan struct{}, cfg.Slots),
+		finishing:   make(chan struct{}, cfg.Slots),
 		stopCh:      make(chan struct{}),
 		loopDone:    make(chan struct{}),
 		handbackCtx: hctx,
@@ -254,6 +262,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 			err = fmt.Errorf("worker: jobs still running at shutdown: %w", ctx.Err())
 		}
 	})
+	cleaned := make(chan struct{})
+	go func() { w.cleanup.Wait(); close(cleaned) }()
+	select {
+	case <-cleaned:
+	case <-ctx.Done():
+	}
 	return err
 }
 
@@ -345,14 +359,27 @@ func (w *Worker) pull(it jetstream.MessagesContext, ackWait time.Duration) {
 		w.metrics.running.Inc()
 		w.metrics.freeSlots.Dec()
 		w.jobs.Add(1)
-		go func() {
-			defer func() {
+		var once sync.Once
+		// runEnded frees the slot once the agent has exited; the job's
+		// bookkeeping (flush, terminal status, ack) may go on after it,
+		// holding a finishing token instead, so at most Slots jobs finish
+		// at once. Until it is acked the job still counts toward the
+		// consumer's MaxAckPending, so fleet-wide concurrency stays exact.
+		runEnded := func() {
+			once.Do(func() {
+				w.finishing <- struct{}{}
 				w.metrics.running.Dec()
 				w.metrics.freeSlots.Inc()
 				<-w.slots
+			})
+		}
+		go func() {
+			defer func() {
+				runEnded()
+				<-w.finishing
 				w.jobs.Done()
 			}()
-			w.handle(msg, ackWait)
+			w.handle(msg, ackWait, runEnded)
 		}()
 	}
 }

@@ -69,9 +69,14 @@
 //
 // Under every policy, lines already in storage are safe, and a crash in the
 // middle of a write leaves at most a torn last record, which recovery
-// truncates. Close fsyncs the WAL (except under FsyncNever) and records the
-// closed and final flags. State files are replaced atomically (temporary
-// file, fsync, rename, fsync of the directory; no fsyncs under FsyncNever).
+// truncates. Open and Close never wait for the disk except under
+// FsyncAlways (there Close fsyncs the WAL and both fsync the state file);
+// under FsyncInterval a power loss right after Close may take the lines of
+// the last interval, which the flusher would otherwise have persisted a
+// moment later. State files are replaced atomically (temporary file, fsync,
+// rename, fsync of the directory); the state that records a chunk's
+// boundaries before its first upload is always fsynced (except under
+// FsyncNever), so a re-put after any crash sends the same key and bytes.
 //
 // # Recovery
 //

@@ -159,7 +159,10 @@ func (l *Log) flushChunk(ctx context.Context, s step) error {
 	l.mu.Lock()
 	l.inflight = &seqRange{First: c.first, Last: c.last}
 	l.mu.Unlock()
-	if err := l.retry(ctx, "record chunk", func(context.Context) error { return l.writeState() }); err != nil {
+	// Chunk boundaries must be durable before the chunk's first upload, so
+	// a re-put after any crash sends the same key and bytes.
+	sync := l.j.cfg.Fsync != FsyncNever
+	if err := l.retry(ctx, "record chunk", func(context.Context) error { return l.writeState(sync) }); err != nil {
 		return err
 	}
 	for _, ref := range c.large {

@@ -83,12 +83,12 @@ func (l *Log) create() error {
 	}
 	// The state file comes first: a WAL without a state file would be
 	// recovered without its chunk boundaries.
-	if err := l.writeState(); err != nil {
-		return err
-	}
+	// A new log has no chunk boundaries yet, so it gets no state file until
+	// its first chunk is recorded: recovery treats a WAL without one as a
+	// log with nothing uploaded, which is exactly what it is. (One file
+	// creation less per query on the job path.)
 	f, err := os.OpenFile(l.walPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
-		_ = os.Remove(l.statePath)
 		return fmt.Errorf("create WAL: %w", err)
 	}
 	switch l.j.cfg.Fsync {
@@ -98,11 +98,6 @@ func (l *Log) create() error {
 				_ = f.Close()
 				return err
 			}
-		}
-	case FsyncInterval:
-		if err := syncDir(dir); err != nil {
-			_ = f.Close()
-			return err
 		}
 	}
 	l.f = f
@@ -204,7 +199,11 @@ func (l *Log) Close(final bool) error {
 	l.mu.Unlock()
 	var err error
 	if f != nil {
-		if l.j.cfg.Fsync != FsyncNever {
+		// Under FsyncInterval the last lines are not fsynced here: the job
+		// path must not wait for the disk, and the policy already allows a
+		// power loss to take the last interval (the flusher persists them
+		// to storage shortly after).
+		if l.j.cfg.Fsync == FsyncAlways {
 			if serr := f.Sync(); serr != nil {
 				err = fmt.Errorf("fsync WAL: %w", serr)
 			}
@@ -213,7 +212,7 @@ func (l *Log) Close(final bool) error {
 			err = fmt.Errorf("close WAL: %w", cerr)
 		}
 	}
-	err = errors.Join(err, l.writeState())
+	err = errors.Join(err, l.writeState(l.j.cfg.Fsync == FsyncAlways))
 	l.signal()
 	if err != nil {
 		return fmt.Errorf("journal: close %s: %w", l.key, err)
@@ -228,8 +227,9 @@ func (l *Log) signal() {
 	}
 }
 
-// writeState replaces the state file with the log's current state.
-func (l *Log) writeState() error {
+// writeState replaces the state file with the log's current state, with
+// fsyncs when sync is set.
+func (l *Log) writeState(sync bool) error {
 	l.stateMu.Lock()
 	defer l.stateMu.Unlock()
 	if l.removed {
@@ -247,7 +247,7 @@ func (l *Log) writeState() error {
 		Final:      l.final,
 	}
 	l.mu.Unlock()
-	return writeStateFile(l.statePath, st, l.j.cfg.Fsync != FsyncNever)
+	return writeStateFile(l.statePath, st, sync)
 }
 
 // removeFiles deletes the WAL, then the state file: a state file without WAL

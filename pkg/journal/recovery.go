@@ -136,7 +136,7 @@ func (j *Journal) recoverLog(key logKey) (*Log, error) {
 		return nil, fmt.Errorf("journal: recover %s: %w", key, err)
 	}
 	if !found {
-		logger.Warn().Msg("journal: recover: WAL without state file, re-uploading the whole log")
+		logger.Info().Msg("journal: recover: no chunk recorded yet, uploading the whole log")
 	}
 	l.f = f
 	scan, res, err := j.repairWAL(l, st)
