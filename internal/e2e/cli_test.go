@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +18,7 @@ import (
 func runCLI(t *testing.T, url string, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	code := fleetcli.Run(ctx, args[0], append(args[1:], "--nats-url", url), fleetcli.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb})
 	return code, out.String(), errb.String()
@@ -66,7 +65,7 @@ func TestCLI(t *testing.T) {
 	require.Contains(t, errOut, "max_turns")
 
 	// ls lists them; bad usage is code 2.
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		_, out, _ = runCLI(t, url, "", "ls")
 		return strings.Contains(out, "cli-1") && strings.Contains(out, "cli-2")
 	}, "ls shows both queries")
@@ -90,7 +89,7 @@ func TestCLICancelledAndFailedExitCodes(t *testing.T) {
 		code, _, _ := runCLI(t, url, "", "submit", "--follow", "--id", "cancel-1", "/standin sleep=1h")
 		done <- code
 	}()
-	fleettest.Eventually(t, time.Minute, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		rep, err := f.Client.Status(context.Background(), protocol.QueryRef{ID: "cancel-1"})
 		return err == nil && rep.Status != nil && rep.Status.State == protocol.StateRunning
 	}, "cancel-1 running")

@@ -36,7 +36,7 @@ func TestFleetOnCloudflareSandbox(t *testing.T) {
 	})
 	fleettest.WaitReady(t, w.W)
 	f.SubmitJSON("default", "cf-1", "hello cloudflare")
-	r := f.Follow("default", "cf-1", time.Minute)
+	r := f.Follow("default", "cf-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	rec, err := os.ReadFile("../standin/sessions/tool-use-mcp.ndjson")
 	require.NoError(t, err)
@@ -45,12 +45,12 @@ func TestFleetOnCloudflareSandbox(t *testing.T) {
 	require.GreaterOrEqual(t, fake.StreamConnects("agent-1"), 2, "the dropped stream was resumed")
 	require.NoError(t, w.Journal.WaitPersisted(context.Background(), "default", "cf-1"))
 	require.Equal(t, string(rec), string(f.Transcript(f.Objects, "default", "cf-1")))
-	fleettest.Eventually(t, 30*time.Second, func() bool { return fake.Deletes() >= 1 }, "the sandbox destroyed at the end")
+	fleettest.Eventually(t, wait, func() bool { return fake.Deletes() >= 1 }, "the sandbox destroyed at the end")
 
 	// A job may also ask for its provider explicitly.
 	b, _ := json.Marshal(protocol.Job{ID: "cf-2", Prompt: "x", Sandbox: protocol.SandboxCloudflare})
 	f.PublishJob("default", b, nil)
-	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "cf-2", time.Minute).Final.State)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "cf-2", wait).Final.State)
 	require.GreaterOrEqual(t, fake.Creates(), 2)
 }
 
@@ -81,11 +81,11 @@ func TestCloudflareUnavailableIsRetried(t *testing.T) {
 	f.SubmitJSON("default", "cf-503", "x")
 	select {
 	case <-retried:
-	case <-time.After(time.Minute):
+	case <-time.After(wait):
 		t.Fatal("no retrying status while the bridge answers 503")
 	}
 	fake.FailCreate(0)
-	r := f.Follow("default", "cf-503", 2*time.Minute)
+	r := f.Follow("default", "cf-503", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	require.GreaterOrEqual(t, r.Final.Attempt, 2, "the unavailable attempt was retried as a new attempt")
 	var retrying bool

@@ -30,7 +30,7 @@ func TestStartOrderDoesNotMatter(t *testing.T) {
 	require.NoError(t, provision.Streams(ctx, f.JS, provision.Config{Names: f.Names}))
 	fleettest.WaitReady(t, w.W)
 	f.SubmitJSON("default", "late-1", "hello")
-	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "late-1", time.Minute).Final.State)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "late-1", wait).Final.State)
 }
 
 func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
@@ -42,7 +42,7 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 	// time (an infrastructure failure) until MaxDeliver is reached.
 	body, _ := json.Marshal(protocol.Job{ID: "dead-1", Prompt: "x", Sandbox: protocol.SandboxCloudflare})
 	f.PublishJob("default", body, nil)
-	r := f.Follow("default", "dead-1", 2*time.Minute)
+	r := f.Follow("default", "dead-1", wait)
 	require.Equal(t, protocol.StateFailed, r.Final.State)
 	require.Equal(t, protocol.CodeMaxDeliveries, r.Final.Error.Code)
 	require.Len(t, r.Lines, 1, "the stream ends with a result line")
@@ -61,7 +61,7 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 	// ...and removed from the work queue, where it would otherwise stay.
 	jobs, err := f.JS.Stream(ctx, f.Names.JobsStream())
 	require.NoError(t, err)
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		info, err := jobs.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	}, "job removed from FLEET_JOBS")
@@ -76,9 +76,9 @@ func TestStatusIndexSurvivesDispatcherRestart(t *testing.T) {
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
 	fleettest.WaitReady(t, w.W)
 	f.SubmitJSON("default", "idx-1", "hello")
-	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "idx-1", time.Minute).Final.State)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "idx-1", wait).Final.State)
 	ctx := context.Background()
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		ev, err := storage.GetStatus(ctx, f.Objects, "default", "idx-1")
 		return err == nil && ev.State == protocol.StateSucceeded
 	}, "status indexed in storage")
@@ -87,7 +87,7 @@ func TestStatusIndexSurvivesDispatcherRestart(t *testing.T) {
 	// A new dispatcher on the same storage answers from the index, and the
 	// index is complete even for events published while it was down.
 	f.SubmitJSON("default", "idx-2", "while the dispatcher is down")
-	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "idx-2", time.Minute).Final.State)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "idx-2", wait).Final.State)
 	d2, err := dispatcher.New(dispatcher.Config{NC: f.NC, Status: f.Objects, Objects: f.Objects, Provision: provision.Config{Names: f.Names}})
 	require.NoError(t, err)
 	require.NoError(t, d2.Start(ctx))
@@ -95,7 +95,7 @@ func TestStatusIndexSurvivesDispatcherRestart(t *testing.T) {
 	rep, err := f.Client.Status(ctx, protocol.QueryRef{ID: "idx-1"})
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateSucceeded, rep.Status.State)
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		ev, err := storage.GetStatus(ctx, f.Objects, "default", "idx-2")
 		return err == nil && ev.State == protocol.StateSucceeded
 	}, "events published while the dispatcher was down are indexed")
@@ -135,8 +135,8 @@ func TestAPIErrors(t *testing.T) {
 	// Cancelling a query that already ended says so.
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
 	fleettest.WaitReady(t, w.W)
-	require.Equal(t, protocol.StateSucceeded, f.Follow("acme", "api-1", time.Minute).Final.State)
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	require.Equal(t, protocol.StateSucceeded, f.Follow("acme", "api-1", wait).Final.State)
+	fleettest.Eventually(t, wait, func() bool {
 		c, err := f.Client.Cancel(ctx, protocol.QueryRef{ID: "api-1", Tenant: "acme"})
 		return err == nil && c.Error != nil && c.Error.Code == "already_finished"
 	}, "cancel of a finished query is refused")

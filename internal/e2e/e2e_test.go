@@ -32,6 +32,11 @@ import (
 
 func TestMain(m *testing.M) { fleettest.Main(m) }
 
+// wait bounds every wait for an event. It is generous because `make test`
+// runs every package at once under the race detector on 2 cores; a wait
+// that succeeds returns as soon as the event happens.
+const wait = 3 * time.Minute
+
 func TestDirectPublishAndSubmitRunToTheirResults(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
@@ -39,7 +44,7 @@ func TestDirectPublishAndSubmitRunToTheirResults(t *testing.T) {
 
 	// Direct publish with plain JSON, as any NATS client would.
 	f.SubmitJSON("default", "direct-1", "hello from a plain client")
-	r := f.Follow("default", "direct-1", time.Minute)
+	r := f.Follow("default", "direct-1", wait)
 	fleettest.RequireContiguous(t, r)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	require.Equal(t, 1, r.Final.Attempt)
@@ -51,7 +56,7 @@ func TestDirectPublishAndSubmitRunToTheirResults(t *testing.T) {
 	require.Nil(t, rep.Error)
 	require.NotEmpty(t, rep.ID)
 	require.Equal(t, "fleet.query.acme."+rep.ID+".msg", rep.Subjects.Msg)
-	r = f.Follow("acme", rep.ID, time.Minute)
+	r = f.Follow("acme", rep.ID, wait)
 	fleettest.RequireContiguous(t, r)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	require.Equal(t, protocol.StateQueued, r.Statuses[0].State, "submit publishes queued first")
@@ -60,15 +65,15 @@ func TestDirectPublishAndSubmitRunToTheirResults(t *testing.T) {
 	body, err := msgpack.Marshal(protocol.Job{ID: "packed-1", Prompt: "msgpack prompt"})
 	require.NoError(t, err)
 	f.PublishJob("default", body, map[string]string{protocol.HeaderContentType: protocol.ContentTypeMsgpack})
-	r = f.Follow("default", "packed-1", time.Minute)
+	r = f.Follow("default", "packed-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 
 	// Status and ls work from the index.
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		st, err := f.Client.Status(context.Background(), protocol.QueryRef{ID: "direct-1"})
 		return err == nil && st.Status != nil && st.Status.State == protocol.StateSucceeded
 	}, "status of direct-1")
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		ls, err := f.Client.List(context.Background(), protocol.ListRequest{State: protocol.StateSucceeded})
 		return err == nil && len(ls.Queries) == 3
 	}, "ls lists three succeeded queries")
@@ -85,13 +90,13 @@ func TestLinesAreByteIdenticalOrderedAndReplayable(t *testing.T) {
 	}})
 	fleettest.WaitReady(t, w.W)
 	f.SubmitJSON("default", "replay-1", "replay")
-	r := f.Follow("default", "replay-1", time.Minute)
+	r := f.Follow("default", "replay-1", wait)
 	lines := fleettest.RequireContiguous(t, r)
 	require.Equal(t, string(rec), string(fleettest.JoinLines(lines)), "every line byte-identical and in order")
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 
 	// Replay after the query finished: a late subscriber sees everything from seq 1.
-	late := f.Follow("default", "replay-1", time.Minute)
+	late := f.Follow("default", "replay-1", wait)
 	require.Equal(t, fleettest.JoinLines(lines), fleettest.JoinLines(fleettest.RequireContiguous(t, late)))
 
 	// The stored transcript is the same bytes.
@@ -114,7 +119,7 @@ func TestThreeTenantsAtOnce(t *testing.T) {
 	}
 	for _, tn := range tenants {
 		for i := range 3 {
-			r := f.Follow(tn, "q"+fleettest.Itoa(i), time.Minute)
+			r := f.Follow(tn, "q"+fleettest.Itoa(i), wait)
 			require.Equal(t, protocol.StateSucceeded, r.Final.State, "%s/q%d: %+v", tn, i, r.Final.Error)
 			lines := fleettest.RequireContiguous(t, r)
 			require.Len(t, lines, 23)
@@ -134,7 +139,7 @@ func TestWorkerKilledMidRunCompletesAsNextAttempt(t *testing.T) {
 	f.SubmitJSON("default", "kill-1", "/standin lines=400 delay=5ms")
 	a.Expect(t, "started kill-1 1")
 	// Let it write some lines, then kill the worker process outright.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", "kill-1"), 20)
 	a.Kill(t)
@@ -142,7 +147,7 @@ func TestWorkerKilledMidRunCompletesAsNextAttempt(t *testing.T) {
 	// Another worker takes it over after the ack deadline, as attempt 2.
 	b := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
 	fleettest.WaitReady(t, b.W)
-	r := f.Follow("default", "kill-1", 2*time.Minute)
+	r := f.Follow("default", "kill-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	require.Equal(t, 2, r.Final.Attempt)
 	var seen bool
@@ -171,7 +176,7 @@ func TestWorkerKilledMidRunCompletesAsNextAttempt(t *testing.T) {
 	for _, l := range r.Lines {
 		want = append(want, l.Data)
 	}
-	fleettest.Eventually(t, time.Minute, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		keys, _ := f.Objects.List(context.Background(), storage.ChunkPrefix("default", "kill-1"))
 		var late bool
 		for _, k := range keys {
@@ -187,7 +192,7 @@ func waitMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, subject
 	t.Helper()
 	st, err := js.Stream(ctx, "FLEET_QUERIES")
 	require.NoError(t, err)
-	fleettest.Eventually(t, time.Minute, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		m, err := st.GetLastMsgForSubject(ctx, subject)
 		if err != nil {
 			return false
@@ -216,14 +221,14 @@ func TestCancelRunningAndQueuedJobs(t *testing.T) {
 	// The running one through its control subject, as any client could.
 	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "running-1"), []byte(`{"op":"cancel"}`)))
 
-	r := f.Follow("default", "running-1", time.Minute)
+	r := f.Follow("default", "running-1", wait)
 	require.Equal(t, protocol.StateCancelled, r.Final.State)
 	last := protocol.ParseMessage(r.Lines[len(r.Lines)-1].Data)
 	res, err := last.AsResult()
 	require.NoError(t, err)
 	require.Equal(t, protocol.ReasonCancelled, res.XFleet.Reason)
 
-	q := f.Follow("default", "queued-1", time.Minute)
+	q := f.Follow("default", "queued-1", wait)
 	require.Equal(t, protocol.StateCancelled, q.Final.State)
 	require.Len(t, q.Lines, 1, "only the synthetic result: the agent never started")
 	select {
@@ -264,14 +269,14 @@ func TestMalformedJobsAreRejectedOnceAndNothingWedges(t *testing.T) {
 	}
 	// The next valid job succeeds.
 	f.SubmitJSON("default", "good-1", "still works")
-	r := f.Follow("default", "good-1", time.Minute)
+	r := f.Follow("default", "good-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 
 	for _, c := range cases {
 		if c.id == "" {
 			continue
 		}
-		r := f.Follow(c.tenant, c.id, 30*time.Second)
+		r := f.Follow(c.tenant, c.id, wait)
 		require.Equal(t, protocol.StateFailed, r.Final.State, c.name)
 		require.Equal(t, protocol.CodeInvalidJob, r.Final.Error.Code, c.name)
 		require.NotEmpty(t, r.Final.Error.Message, c.name)
@@ -282,7 +287,7 @@ func TestMalformedJobsAreRejectedOnceAndNothingWedges(t *testing.T) {
 	ctx := context.Background()
 	cons, err := f.JS.Consumer(ctx, f.Names.JobsStream(), f.Names.Consumer())
 	require.NoError(t, err)
-	fleettest.Eventually(t, 30*time.Second, func() bool {
+	fleettest.Eventually(t, wait, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	}, "work queue drained")
@@ -316,7 +321,7 @@ func TestFleetConcurrencyIsExact(t *testing.T) {
 		f.SubmitJSON("default", "c"+fleettest.Itoa(i), "/standin sleep=300ms")
 	}
 	for i := range jobs {
-		r := f.Follow("default", "c"+fleettest.Itoa(i), 2*time.Minute)
+		r := f.Follow("default", "c"+fleettest.Itoa(i), wait)
 		require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	}
 	require.Equal(t, int64(3), peak.Load(), "MaxAckPending 3 with 2 workers x 4 Slots: exactly 3 at once")
@@ -334,14 +339,14 @@ func TestShutdownHandsRunningJobsBackAndLosesNothing(t *testing.T) {
 	f.SubmitJSON("default", "st-2", "/standin lines=200 delay=10ms")
 	<-started
 	<-started
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", "st-1"), 5)
 	require.NoError(t, a.W.Stop(ctx), "SIGTERM path: grace, then hand back")
 	b := f.StartWorker(fleettest.WorkerOpts{Slots: 2})
 	fleettest.WaitReady(t, b.W)
 	for _, id := range []string{"st-1", "st-2"} {
-		r := f.Follow("default", id, 2*time.Minute)
+		r := f.Follow("default", id, wait)
 		require.Equal(t, protocol.StateSucceeded, r.Final.State)
 		require.Equal(t, 2, r.Final.Attempt, "handed back and continued as the next attempt")
 		var last uint64
@@ -369,13 +374,13 @@ func TestStorageDownDuringRunTranscriptCompleteLater(t *testing.T) {
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Store: flaky})
 	fleettest.WaitReady(t, w.W)
 	f.SubmitJSON("default", "down-1", "/standin lines=50")
-	r := f.Follow("default", "down-1", time.Minute)
+	r := f.Follow("default", "down-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State, "a storage outage never blocks the agent or the run")
 	lines := fleettest.RequireContiguous(t, r)
 	_, err := f.Objects.Get(context.Background(), storage.TranscriptKey("default", "down-1"))
 	require.ErrorIs(t, err, storage.ErrNotFound, "nothing persisted while storage is down")
 	flaky.SetDown(false)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	require.NoError(t, w.Journal.WaitPersisted(ctx, "default", "down-1"))
 	require.Equal(t, string(fleettest.JoinLines(lines)), string(f.Transcript(f.Objects, "default", "down-1")))
@@ -387,7 +392,7 @@ func TestHugeLineGoesOutAsPointerAndIsStoredWhole(t *testing.T) {
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
 	fleettest.WaitReady(t, w.W)
 	f.SubmitJSON("default", "huge-1", "/standin big=3000000")
-	r := f.Follow("default", "huge-1", time.Minute)
+	r := f.Follow("default", "huge-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	fleettest.RequireContiguous(t, r)
 	var ptr struct {
@@ -427,7 +432,7 @@ func TestAgentNeverSeesWorkerSecrets(t *testing.T) {
 	for _, name := range []string{"FLEET_CF_BRIDGE_TOKEN", "AWS_SECRET_ACCESS_KEY", "CLOUDFLARE_API_TOKEN", "ANTHROPIC_API_KEY"} {
 		id := "env-" + strings.ToLower(strings.ReplaceAll(name, "_", "-"))
 		f.SubmitJSON("default", id, "/standin env="+name)
-		r := f.Follow("default", id, time.Minute)
+		r := f.Follow("default", id, wait)
 		require.Equal(t, protocol.StateSucceeded, r.Final.State)
 		all := string(fleettest.JoinLines(fleettest.RequireContiguous(t, r)))
 		switch name {

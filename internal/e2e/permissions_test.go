@@ -60,14 +60,14 @@ func TestDeployConfigPermissions(t *testing.T) {
 	_, err = pjs.Publish(ctx, f.Names.JobSubject("default"), body)
 	require.NoError(t, err)
 	// The client (CLI user) follows it through an ordered consumer.
-	r := f.Follow("default", "perm-1", time.Minute)
+	r := f.Follow("default", "perm-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	fleettest.RequireContiguous(t, r)
 	// And through the dispatcher's API.
 	rep, err := f.Client.Submit(ctx, protocol.Job{ID: "perm-2", Prompt: "via the API"})
 	require.NoError(t, err)
 	require.Nil(t, rep.Error)
-	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "perm-2", time.Minute).Final.State)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "perm-2", wait).Final.State)
 
 	// A subscriber tails live with a core subscription.
 	sub := connect(t, "subscriber")
@@ -75,7 +75,7 @@ func TestDeployConfigPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sub.Flush())
 	f.SubmitJSON("default", "perm-3", "live")
-	_, err = s.NextMsg(time.Minute)
+	_, err = s.NextMsg(wait)
 	require.NoError(t, err)
 
 	select {

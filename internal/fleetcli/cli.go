@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -105,7 +106,11 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 		fmt.Fprintln(stdio.Err, err)
 		return ExitUsage
 	}
-	log, _ := config.Logger(config.Common{LogFormat: "console", LogLevel: "warn"}, stdio.Err)
+	// NATS calls its handlers from its own goroutines, possibly after Run
+	// returned; they log through a writer that is shut when Run returns.
+	errw := &gatedWriter{w: stdio.Err}
+	defer errw.shut()
+	log, _ := config.Logger(config.Common{LogFormat: "console", LogLevel: "warn"}, errw)
 	nc, err := config.Connect(common, "fleet-cli", log, nats.RetryOnFailedConnect(false), nats.MaxReconnects(3))
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "cannot reach NATS at %s: %v\n", common.NATSURL, err)
@@ -244,6 +249,28 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 		return ExitOK
 	}
 	return ExitUsage
+}
+
+// gatedWriter forwards writes until shut, then drops them.
+type gatedWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gatedWriter) shut() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 func follower(ctx context.Context, c *Client, tenant, id string, follow, raw bool, p *render.Printer, stdio IO) int {

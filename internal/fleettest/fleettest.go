@@ -197,7 +197,7 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 // WaitReady waits until w pulls.
 func WaitReady(t testing.TB, w *worker.Worker) {
 	t.Helper()
-	Eventually(t, 30*time.Second, w.Ready, "worker ready")
+	Eventually(t, 2*time.Minute, w.Ready, "worker ready")
 }
 
 // Eventually polls cond (a state with no event to wait on) within d.
@@ -282,7 +282,7 @@ func RequireContiguous(t testing.TB, r Run) [][]byte {
 func (f *Fleet) Transcript(store storage.Store, tenant, id string) []byte {
 	f.t.Helper()
 	var b []byte
-	Eventually(f.t, 30*time.Second, func() bool {
+	Eventually(f.t, 2*time.Minute, func() bool {
 		var err error
 		b, err = store.Get(context.Background(), storage.TranscriptKey(tenant, id))
 		return err == nil
