@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -59,6 +60,18 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 		return err
 	}
 	return fs.Parse(args)
+}
+
+// RedactURLs hides passwords in a comma-separated list of server URLs, for
+// messages and logs.
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // EnvName is the environment variable of a flag.

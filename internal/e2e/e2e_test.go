@@ -446,3 +446,37 @@ func TestAgentNeverSeesWorkerSecrets(t *testing.T) {
 }
 
 var _ = fleetcli.ExitOK
+
+// A live worker whose job was redelivered elsewhere (it stopped
+// heartbeating, e.g. a network partition) must not interleave its late
+// output with the new attempt's: the new attempt's "retrying" status fences
+// it.
+func TestZombieAttemptIsFenced(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{AckWait: 2 * time.Second})
+	started := make(chan int, 4)
+	// The zombie never heartbeats, so its job is redelivered after AckWait.
+	a := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Heartbeat = time.Hour
+		c.Test.RunStarted = func(_, _ string, attempt int) { started <- attempt }
+	}})
+	fleettest.WaitReady(t, a.W)
+	f.SubmitJSON("default", "zombie-1", "/standin lines=400 delay=25ms")
+	require.Equal(t, 1, <-started)
+	b := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, _ string, attempt int) { started <- attempt }
+	}})
+	fleettest.WaitReady(t, b.W)
+	r := f.Follow("default", "zombie-1", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.GreaterOrEqual(t, r.Final.Attempt, 2)
+	// Once a later attempt's line appears, no earlier attempt's line follows.
+	maxAttempt, last := 0, uint64(0)
+	for _, l := range r.Lines {
+		require.GreaterOrEqual(t, l.Attempt, maxAttempt, "a fenced attempt's line came after a later attempt's (seq %d)", l.Seq)
+		maxAttempt = l.Attempt
+		require.Greater(t, l.Seq, last)
+		last = l.Seq
+	}
+	require.GreaterOrEqual(t, maxAttempt, 2)
+}

@@ -113,7 +113,7 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 	log, _ := config.Logger(config.Common{LogFormat: "console", LogLevel: "warn"}, errw)
 	nc, err := config.Connect(common, "fleet-cli", log, nats.RetryOnFailedConnect(false), nats.MaxReconnects(3))
 	if err != nil {
-		fmt.Fprintf(stdio.Err, "cannot reach NATS at %s: %v\n", common.NATSURL, err)
+		fmt.Fprintf(stdio.Err, "cannot reach NATS at %s: %v\n", config.RedactURLs(common.NATSURL), err)
 		return ExitUnavailable
 	}
 	defer nc.Close()
