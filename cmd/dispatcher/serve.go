@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
@@ -54,26 +50,13 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		fmt.Fprintln(stdio.Err, err)
 		return fleetcli.ExitUsage
 	}
-	go func() { // a second signal forces exit
-		<-ctx.Done()
-		stop()
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-		<-c
-		log.Warn().Msg("second signal: exiting now")
-		os.Exit(1)
-	}()
-	nc, err := config.Connect(common, "fleet-dispatcher", log)
+	config.ExitOnSecondSignal(ctx, stop, log)
+	nc, js, err := config.ConnectJetStream(common, "fleet-dispatcher", log)
 	if err != nil {
-		log.Error().Err(err).Msg("connecting to NATS")
+		log.Error().Err(err).Msg("starting")
 		return 1
 	}
 	defer func() { _ = nc.Drain() }()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Error().Err(err).Msg("jetstream")
-		return 1
-	}
 	names := protocol.NewNames(common.Prefix)
 	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log}
 	objects, err := backends.Open(ctx, storageURL, backends.Objects, deps)

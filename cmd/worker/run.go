@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/shlex"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
@@ -67,15 +64,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	go func() { // a second signal forces exit
-		<-ctx.Done()
-		stop()
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-		<-c
-		log.Warn().Msg("second signal: exiting now")
-		os.Exit(1)
-	}()
+	config.ExitOnSecondSignal(ctx, stop, log)
 	command, err := shlex.Split(agentCmd)
 	if err != nil || len(command) == 0 {
 		log.Error().Err(err).Msg("--agent-cmd must name a program")
@@ -89,17 +78,12 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		}
 	}
 
-	nc, err := config.Connect(common, "fleet-worker", log)
+	nc, js, err := config.ConnectJetStream(common, "fleet-worker", log)
 	if err != nil {
-		log.Error().Err(err).Msg("connecting to NATS")
+		log.Error().Err(err).Msg("starting")
 		return 1
 	}
 	defer func() { _ = nc.Drain() }()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Error().Err(err).Msg("jetstream")
-		return 1
-	}
 	names := protocol.NewNames(common.Prefix)
 	objects, err := backends.Open(ctx, storageURL, backends.Objects, backends.Deps{
 		JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log,

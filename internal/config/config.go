@@ -4,14 +4,18 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 )
@@ -128,4 +132,33 @@ func Connect(c Common, name string, log zerolog.Logger, extra ...nats.Option) (*
 	}
 	opts = append(opts, extra...)
 	return nats.Connect(c.NATSURL, opts...)
+}
+
+// ExitOnSecondSignal makes a second SIGINT or SIGTERM, after ctx (the first
+// signal's context) is done, exit the process at once: the first one asks
+// for a graceful shutdown, the second forces it.
+func ExitOnSecondSignal(ctx context.Context, stop context.CancelFunc, log zerolog.Logger) {
+	go func() {
+		<-ctx.Done()
+		stop() // restore default handling, then watch for the next signal
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		log.Warn().Msg("second signal: exiting now")
+		os.Exit(1)
+	}()
+}
+
+// ConnectJetStream connects (see Connect) and opens the JetStream API.
+func ConnectJetStream(c Common, name string, log zerolog.Logger, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := Connect(c, name, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to NATS at %s: %w", RedactURLs(c.NATSURL), err)
+	}
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
 }
