@@ -81,6 +81,21 @@ func newRunner(t *testing.T, mode string, mod func(*agent.Config)) *agent.Runner
 	return r
 }
 
+// runAsync runs r in the background; the channel yields the outcome (a Run
+// error fails the test).
+func runAsync(t *testing.T, r *agent.Runner, ctx context.Context, req agent.Request, emit agent.EmitFunc) <-chan agent.Outcome {
+	t.Helper()
+	done := make(chan agent.Outcome, 1)
+	go func() {
+		out, err := r.Run(ctx, req, emit)
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- out
+	}()
+	return done
+}
+
 func job(prompt string) *protocol.Job {
 	return &protocol.Job{ID: "q1", Tenant: "default", Prompt: prompt}
 }
@@ -310,12 +325,7 @@ func TestRunCancelMidRun(t *testing.T) {
 	b := setup(t)
 	r := newRunner(t, "standin", nil)
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan agent.Outcome, 1)
-	go func() {
-		out, err := r.Run(ctx, agent.Request{Sandbox: b.sb, Job: job("/standin sleep=1h")}, b.lines.emit)
-		require.NoError(t, err)
-		done <- out
-	}()
+	done := runAsync(t, r, ctx, agent.Request{Sandbox: b.sb, Job: job("/standin sleep=1h")}, b.lines.emit)
 	waitLines(t, b.lines, 2) // init and the text: the agent is running
 	cancel(agent.ErrCancelled)
 	out := <-done
@@ -331,12 +341,7 @@ func TestRunCancelKillsAnAgentIgnoringSIGTERM(t *testing.T) {
 	b := setup(t)
 	r := newRunner(t, "ignore-term", func(c *agent.Config) { c.KillGrace = 200 * time.Millisecond })
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan agent.Outcome, 1)
-	go func() {
-		out, err := r.Run(ctx, agent.Request{Sandbox: b.sb, Job: job("x")}, b.lines.emit)
-		require.NoError(t, err)
-		done <- out
-	}()
+	done := runAsync(t, r, ctx, agent.Request{Sandbox: b.sb, Job: job("x")}, b.lines.emit)
 	waitLines(t, b.lines, 1)
 	cancel(agent.ErrCancelled)
 	out := <-done
@@ -362,12 +367,7 @@ func TestRunHandbackWritesNoResult(t *testing.T) {
 	b := setup(t)
 	r := newRunner(t, "standin", nil)
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan agent.Outcome, 1)
-	go func() {
-		out, err := r.Run(ctx, agent.Request{Sandbox: b.sb, Job: job("/standin sleep=1h")}, b.lines.emit)
-		require.NoError(t, err)
-		done <- out
-	}()
+	done := runAsync(t, r, ctx, agent.Request{Sandbox: b.sb, Job: job("/standin sleep=1h")}, b.lines.emit)
 	waitLines(t, b.lines, 2)
 	cancel(agent.ErrHandback)
 	out := <-done
