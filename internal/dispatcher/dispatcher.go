@@ -221,21 +221,27 @@ func (s *Service) handleSubmit(m *nats.Msg) {
 		return
 	}
 	n := s.names
-	ev := protocol.StatusEvent{V: protocol.SchemaVersion, ID: job.ID, Tenant: job.Tenant, State: protocol.StateQueued, At: time.Now().UTC(), Metadata: job.Metadata}
-	if err := s.publishJSON(ctx, n.QueryStatus(job.Tenant, job.ID), ev, ""); err != nil {
-		reply(m, protocol.SubmitReply{Error: apiError(protocol.CodeInternal, "publishing the queued status: "+err.Error())})
-		return
-	}
 	jm := nats.NewMsg(n.JobSubject(job.Tenant))
 	jm.Data = body
 	jm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 	jm.Header.Set(protocol.HeaderMsgID, protocol.JobMsgID(job.Tenant, job.ID))
-	if _, err := s.js.PublishMsg(ctx, jm); err != nil {
+	ack, err := s.js.PublishMsg(ctx, jm)
+	if err != nil {
 		reply(m, protocol.SubmitReply{Error: apiError(protocol.CodeInternal, "publishing the job: "+err.Error())})
 		return
 	}
-	s.log.Info().Str("tenant", job.Tenant).Str("query_id", job.ID).Msg("job submitted")
-	reply(m, protocol.SubmitReply{ID: job.ID, Tenant: job.Tenant, Subjects: &protocol.QuerySubjects{
+	if !ack.Duplicate {
+		// After the job, so it carries the submission's JobSeq (a worker's
+		// "running" may rarely be stored first; status records order events
+		// by JobSeq and attempt, not by arrival).
+		ev := protocol.StatusEvent{V: protocol.SchemaVersion, ID: job.ID, Tenant: job.Tenant, State: protocol.StateQueued,
+			JobSeq: ack.Sequence, At: time.Now().UTC(), Metadata: job.Metadata}
+		if err := s.publishJSON(ctx, n.QueryStatus(job.Tenant, job.ID), ev, ""); err != nil {
+			s.log.Warn().Err(err).Str("query_id", job.ID).Msg("publishing the queued status")
+		}
+	}
+	s.log.Info().Str("tenant", job.Tenant).Str("query_id", job.ID).Bool("duplicate", ack.Duplicate).Msg("job submitted")
+	reply(m, protocol.SubmitReply{ID: job.ID, Tenant: job.Tenant, Duplicate: ack.Duplicate, Subjects: &protocol.QuerySubjects{
 		Msg: n.QueryMsg(job.Tenant, job.ID), Status: n.QueryStatus(job.Tenant, job.ID), Ctl: n.QueryCtl(job.Tenant, job.ID),
 	}})
 }
@@ -497,7 +503,7 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 		return fmt.Errorf("copying job %d to the dead letters: %w", adv.StreamSeq, err)
 	}
 	if protocol.ValidID(id) && protocol.ValidTenant(tenant) {
-		if err := s.endQuery(ctx, tenant, id, attempt); err != nil {
+		if err := s.endQuery(ctx, tenant, id, attempt, adv.StreamSeq); err != nil {
 			return err
 		}
 	}
@@ -510,9 +516,9 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 
 // endQuery gives a dead-lettered query its synthetic result (on the stream
 // and in the transcript) and its failed status, unless it already ended.
-func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int) error {
+func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, jobSeq uint64) error {
 	n := s.names
-	if st, err := s.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() {
+	if st, err := s.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() && st.JobSeq >= jobSeq {
 		return nil
 	}
 	qs, err := s.js.Stream(ctx, n.QueriesStream())
@@ -546,7 +552,7 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int) 
 	}
 	ev := protocol.StatusEvent{
 		V: protocol.SchemaVersion, ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
-		Worker: "dispatcher", At: time.Now().UTC(),
+		JobSeq: jobSeq, Worker: "dispatcher", At: time.Now().UTC(),
 		Error:  apiError(protocol.CodeMaxDeliveries, msgText),
 		Result: &protocol.ResultSummary{Subtype: "error_during_execution", IsError: true, Synthetic: true, LastSeq: seq},
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,9 @@ func TestDirectPublishAndSubmitRunToTheirResults(t *testing.T) {
 	r = f.Follow("acme", rep.ID, wait)
 	fleettest.RequireContiguous(t, r)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
-	require.Equal(t, protocol.StateQueued, r.Statuses[0].State, "submit publishes queued first")
+	require.True(t, slices.ContainsFunc(r.Statuses, func(ev protocol.StatusEvent) bool {
+		return ev.State == protocol.StateQueued && ev.JobSeq > 0
+	}), "submit publishes a queued status carrying the submission's JobSeq")
 
 	// A msgpack job is accepted when its Content-Type says so.
 	body, err := msgpack.Marshal(protocol.Job{ID: "packed-1", Prompt: "msgpack prompt"})
@@ -479,4 +482,48 @@ func TestZombieAttemptIsFenced(t *testing.T) {
 		last = l.Seq
 	}
 	require.GreaterOrEqual(t, maxAttempt, 2)
+}
+
+// A cancel applies to the job it was sent for: an id re-submitted after its
+// earlier run was cancelled runs normally, and a retried submit is deduped.
+func TestCancelOfAnEarlierRunDoesNotCancelAResubmission(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{DedupeWindow: time.Second})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	ctx := context.Background()
+	rep, err := f.Client.Submit(ctx, protocol.Job{ID: "again-1", Prompt: "/standin sleep=1h"})
+	require.NoError(t, err)
+	require.Nil(t, rep.Error)
+	again, err := f.Client.Submit(ctx, protocol.Job{ID: "again-1", Prompt: "/standin sleep=1h"})
+	require.NoError(t, err)
+	require.Nil(t, again.Error, "a retried submit is accepted")
+	require.True(t, again.Duplicate, "and deduped")
+	fleettest.Eventually(t, wait, func() bool {
+		st, err := f.Client.Status(ctx, protocol.QueryRef{ID: "again-1"})
+		return err == nil && st.Status != nil && st.Status.State == protocol.StateRunning
+	}, "again-1 running")
+	c, err := f.Client.Cancel(ctx, protocol.QueryRef{ID: "again-1"})
+	require.NoError(t, err)
+	require.True(t, c.OK)
+	r := f.Follow("default", "again-1", wait)
+	require.Equal(t, protocol.StateCancelled, r.Final.State)
+	var queued int
+	for _, ev := range r.Statuses {
+		if ev.State == protocol.StateQueued {
+			queued++
+		}
+	}
+	require.Equal(t, 1, queued, "the retried submit published no second queued status")
+
+	// Past the dedupe window the same id is a new submission; the old
+	// cancel does not apply to it.
+	fleettest.Eventually(t, wait, func() bool {
+		rep, err := f.Client.Submit(ctx, protocol.Job{ID: "again-1", Prompt: "second run"})
+		return err == nil && rep.Error == nil && !rep.Duplicate
+	}, "the resubmission stored")
+	fleettest.Eventually(t, wait, func() bool {
+		st, err := f.Client.Status(ctx, protocol.QueryRef{ID: "again-1"})
+		return err == nil && st.Status != nil && st.Status.State == protocol.StateSucceeded
+	}, "the resubmission succeeds")
 }

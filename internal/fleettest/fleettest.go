@@ -61,6 +61,7 @@ type Opts struct {
 	MaxConcurrency int
 	AckWait        time.Duration
 	MaxDeliver     int
+	DedupeWindow   time.Duration
 	ServerOpts     []natstest.Option
 	// Server, if set, is used instead of starting one (e.g. one started
 	// from deploy/nats/nats-server.conf).
@@ -113,7 +114,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	}
 	f.Disp, err = dispatcher.New(dispatcher.Config{
 		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger,
-		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, Storage: jetstream.FileStorage},
+		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage},
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -108,7 +108,9 @@ func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,
 			MaxAge:      cfg.QueriesMaxAge,
-			Duplicates:  min(2*time.Minute, cfg.QueriesMaxAge),
+			// The same window as the jobs': a retried submit's "queued" status
+			// is deduped exactly when its job is.
+			Duplicates:  min(cfg.DedupeWindow, cfg.QueriesMaxAge),
 			AllowDirect: true,
 		},
 		{

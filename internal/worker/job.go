@@ -127,6 +127,9 @@ func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, att
 		ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
 		Error: &protocol.ErrorInfo{Code: protocol.CodeInvalidJob, Message: reason},
 	}
+	if md, err := msg.Metadata(); err == nil {
+		ev.JobSeq = md.Sequence.Stream
+	}
 	if job != nil {
 		ev.Metadata = job.Metadata
 	}
@@ -197,7 +200,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 
 	// Where the previous attempt (if any) stopped, and whether a cancel is
 	// already on record for this query.
-	lastSeq, cancelled, err := q.history(ctx)
+	lastSeq, cancelled, err := q.history(ctx, q.queuedAt())
 	if err != nil {
 		q.retry(fmt.Errorf("reading the query's history: %w", err), "")
 		return
@@ -291,10 +294,30 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	q.log.Info().Str("state", string(ev.State)).Uint64("lines", out.Lines).Dur("took", time.Since(started)).Msg("job done")
 }
 
+// jobSeq is the job's sequence in the work-queue stream.
+func (q *query) jobSeq() uint64 {
+	md, err := q.msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+// queuedAt is when the job was stored in the work queue.
+func (q *query) queuedAt() time.Time {
+	md, err := q.msg.Metadata()
+	if err != nil {
+		return time.Time{}
+	}
+	return md.Timestamp
+}
+
 // history reads the last Fleet-Seq published for the query and whether a
-// cancel is on record (a {"op":"cancel"} on its ctl subject, kept by the
-// FLEET_QUERIES stream, so a job cancelled while queued is never started).
-func (q *query) history(ctx context.Context) (lastSeq uint64, cancelled bool, err error) {
+// cancel is on record: a {"op":"cancel"} on its ctl subject (kept by the
+// FLEET_QUERIES stream, so a job cancelled while queued is never started)
+// stored after the job itself, so a cancel of an earlier run of the same id
+// does not cancel a new submission.
+func (q *query) history(ctx context.Context, queuedAt time.Time) (lastSeq uint64, cancelled bool, err error) {
 	w, job := q.w, q.job
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -327,7 +350,7 @@ func (q *query) history(ctx context.Context) (lastSeq uint64, cancelled bool, er
 		return 0, false, ctlErr
 	default:
 		var op protocol.CtlOp
-		if json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel {
+		if json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel && !ctlMsg.Time.Before(queuedAt) {
 			cancelled = true
 		}
 	}
@@ -471,7 +494,7 @@ func (q *query) retry(cause error, code string) {
 
 // statusAsync publishes a status event without waiting for its ack.
 func (q *query) statusAsync(ev protocol.StatusEvent) jetstream.PubAckFuture {
-	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata
+	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq()
 	m, err := q.w.statusMsg(ev)
 	if err == nil {
 		var f jetstream.PubAckFuture
@@ -484,7 +507,7 @@ func (q *query) statusAsync(ev protocol.StatusEvent) jetstream.PubAckFuture {
 }
 
 func (q *query) status(ctx context.Context, ev protocol.StatusEvent) {
-	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata
+	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq()
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	if err := q.w.publishStatus(ctx, ev); err != nil {

@@ -63,11 +63,15 @@ type ResultSummary struct {
 // StatusEvent is published on <prefix>.query.<tenant>.<id>.status and kept as
 // the query's status record in storage.
 type StatusEvent struct {
-	V        int               `json:"v" msgpack:"v"`
-	ID       string            `json:"id" msgpack:"id"`
-	Tenant   string            `json:"tenant" msgpack:"tenant"`
-	State    State             `json:"state" msgpack:"state"`
-	Attempt  int               `json:"attempt" msgpack:"attempt"`
+	V       int    `json:"v" msgpack:"v"`
+	ID      string `json:"id" msgpack:"id"`
+	Tenant  string `json:"tenant" msgpack:"tenant"`
+	State   State  `json:"state" msgpack:"state"`
+	Attempt int    `json:"attempt" msgpack:"attempt"`
+	// JobSeq is the FLEET_JOBS stream sequence of the submission this event
+	// belongs to (0 when not known, e.g. "queued" before the job is stored).
+	// It tells a new submission of an id from an earlier one.
+	JobSeq   uint64            `json:"job_seq,omitempty" msgpack:"job_seq,omitempty"`
 	Worker   string            `json:"worker,omitempty" msgpack:"worker,omitempty"`
 	At       time.Time         `json:"at" msgpack:"at"`
 	Error    *ErrorInfo        `json:"error,omitempty" msgpack:"error,omitempty"`
@@ -125,7 +129,10 @@ type SubmitReply struct {
 	ID       string         `json:"id,omitempty" msgpack:"id,omitempty"`
 	Tenant   string         `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 	Subjects *QuerySubjects `json:"subjects,omitempty" msgpack:"subjects,omitempty"`
-	Error    *ErrorInfo     `json:"error,omitempty" msgpack:"error,omitempty"`
+	// Duplicate is true when the same tenant and id were submitted within
+	// the dedupe window: nothing new was queued.
+	Duplicate bool       `json:"duplicate,omitempty" msgpack:"duplicate,omitempty"`
+	Error     *ErrorInfo `json:"error,omitempty" msgpack:"error,omitempty"`
 }
 
 // QuerySubjects names a query's three subjects.

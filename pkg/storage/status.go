@@ -16,6 +16,9 @@ import (
 // Newer reports whether status event a should replace b as a query's
 // status record. The rule, in order:
 //
+//  0. When both carry a JobSeq (the FLEET_JOBS sequence of the submission),
+//     the later submission wins: an id submitted again after an earlier run
+//     ended starts a new run, whose events supersede the old run's.
 //  1. The higher Attempt wins: a new attempt supersedes everything an older
 //     attempt said, and a late event of an older attempt changes nothing.
 //  2. Within one attempt, a terminal state (succeeded, failed, cancelled)
@@ -29,6 +32,9 @@ import (
 // So an older event can never overwrite a newer terminal one, and the record
 // a query ends with does not depend on the order its events arrive in.
 func Newer(a, b protocol.StatusEvent) bool {
+	if a.JobSeq != 0 && b.JobSeq != 0 && a.JobSeq != b.JobSeq {
+		return a.JobSeq > b.JobSeq
+	}
 	if a.Attempt != b.Attempt {
 		return a.Attempt > b.Attempt
 	}
