@@ -31,8 +31,13 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-bench: ## the fleet benchmarks (name value unit, each beside its baseline) and Go micro-benchmarks
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/bench/ | tee /dev/stderr | grep -E '^[a-z_0-9]+ [0-9.]+ [a-zA-Z/%]+$$' || true
+bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
+	@log=$$(mktemp); \
+	if $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
+		grep -E '^[a-z_0-9]+ [0-9.]+ [a-zA-Z/]+$$' $$log; echo "(full output: $$log)"; \
+	else cat $$log; exit 1; fi
+
+bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
 
 run: build ## run one query end to end: embedded NATS, dispatcher, worker, local storage and sandbox
@@ -50,4 +55,4 @@ up: ## docker compose up (needs a Docker engine)
 down: ## docker compose down
 	docker compose down
 
-.PHONY: help build test test/go test/short test/bridge lint bench run tidy verify up down
+.PHONY: help build test test/go test/short test/bridge lint bench bench/micro run tidy verify up down
