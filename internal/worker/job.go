@@ -247,7 +247,9 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		q.log.Warn().Msg("a later attempt took over this query; this run stopped relaying")
 		return
 	case out.HandedBack:
-		_ = rel.flush(context.WithoutCancel(ctx))
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_ = rel.flush(fctx) // what was relayed so far; the journal has it all anyway
+		cancel()
 		_ = jl.Close(false)
 		_ = q.msg.Nak()
 		w.metrics.jobs.WithLabelValues("handed_back").Inc()
