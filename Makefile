@@ -27,9 +27,12 @@ test/short: ## Go tests without the slow ones
 test/bridge: ## the Cloudflare bridge Worker: npm ci (when needed), typecheck and vitest
 	./deploy/cloudflare/ci.sh
 
-lint: ## gofmt and go vet
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: ## gofmt, go vet and staticcheck (pinned, fetched through the module proxy)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
 	@log=$$(mktemp); \

@@ -315,20 +315,20 @@ func (s *localSandbox) resolveDir(dir string) (string, error) {
 	}
 	name, err := s.checkPath(dir)
 	if err != nil {
-		return "", fmt.Errorf("Dir: %w", err)
+		return "", fmt.Errorf("working dir: %w", err)
 	}
 	s.fileMu.RLock()
 	fi, err := s.root.Stat(name)
 	s.fileMu.RUnlock()
 	switch {
 	case err != nil && s.isEscape(err):
-		return "", Invalidf("Dir %q escapes the workspace", dir)
+		return "", Invalidf("working dir %q escapes the workspace", dir)
 	case errors.Is(err, fs.ErrNotExist):
-		return "", Invalidf("Dir %q does not exist in the workspace", dir)
+		return "", Invalidf("working dir %q does not exist in the workspace", dir)
 	case err != nil:
-		return "", fmt.Errorf("Dir %q: %w", dir, err)
+		return "", fmt.Errorf("working dir %q: %w", dir, err)
 	case !fi.IsDir():
-		return "", Invalidf("Dir %q is not a directory", dir)
+		return "", Invalidf("working dir %q is not a directory", dir)
 	}
 	return filepath.Join(s.work, name), nil
 }

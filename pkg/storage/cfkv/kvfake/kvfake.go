@@ -361,12 +361,14 @@ func (s *Server) expiry(expiration, ttl *float64) (int64, error) {
 	now := s.now().Unix()
 	if ttl != nil {
 		if *ttl < MinTTLSeconds || math.IsNaN(*ttl) || math.IsInf(*ttl, 0) || *ttl > math.MaxInt32 {
+			//lint:ignore ST1005 the fake returns Cloudflare's own message text
 			return 0, fmt.Errorf("Invalid expiration_ttl of %v. Expiration TTL must be at least %d", *ttl, MinTTLSeconds)
 		}
 		return now + int64(*ttl), nil
 	}
 	if expiration != nil {
 		if math.IsNaN(*expiration) || math.IsInf(*expiration, 0) || *expiration > math.MaxInt64/2 || int64(*expiration) < now+MinTTLSeconds {
+			//lint:ignore ST1005 the fake returns Cloudflare's own message text
 			return 0, fmt.Errorf("Invalid expiration of %v. Expiration times must be at least %d seconds in the future", *expiration, MinTTLSeconds)
 		}
 		return int64(*expiration), nil
