@@ -198,18 +198,18 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		}
 	}()
 
+	if q.attempt > 1 {
+		// Announces the new attempt before anything else: an older attempt
+		// still running somewhere sees it and stops relaying (fencing).
+		q.status(ctx, protocol.StatusEvent{State: protocol.StateRetrying})
+	}
+
 	// Where the previous attempt (if any) stopped, and whether a cancel is
 	// already on record for this query.
 	lastSeq, cancelled, err := q.history(ctx, q.queuedAt())
 	if err != nil {
 		q.retry(fmt.Errorf("reading the query's history: %w", err), "")
 		return
-	}
-
-	if q.attempt > 1 {
-		// Announces the new attempt; an older attempt still running
-		// somewhere sees it and stops relaying (fencing).
-		q.status(ctx, protocol.StatusEvent{State: protocol.StateRetrying})
 	}
 
 	jl, err := w.cfg.Journal.Open(job.Tenant, job.ID, q.attempt)
@@ -222,6 +222,17 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		attempt: q.attempt, maxPayload: w.maxPayload, journal: jl, metrics: w.metrics, log: q.log,
 		window: w.cfg.PublishWindow, maxQueued: w.cfg.QueueBytes, seq: lastSeq, fenced: q.fenced.Load,
 	})
+	if q.attempt > 1 {
+		// A fenced older attempt may still have had a line in flight when
+		// the history was read; by this attempt's first line (the agent has
+		// to start first) it has landed, so look once more.
+		rel.rebase = func() (uint64, error) {
+			rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+			defer cancel()
+			seq, _, err := q.history(rctx, q.queuedAt())
+			return seq, err
+		}
+	}
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	go rel.run(relayCtx)

@@ -42,6 +42,10 @@ type relay struct {
 
 	seq    uint64 // last assigned Fleet-Seq; only the emitting goroutine writes it
 	fenced func() bool
+	// rebase, if set, is called once before the first line: it returns the
+	// last Fleet-Seq in the stream, and the relay continues after the higher
+	// of that and seq.
+	rebase func() (uint64, error)
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -74,6 +78,14 @@ func newRelay(r *relay) *relay {
 func (r *relay) emit(line []byte) error {
 	if r.fenced != nil && r.fenced() {
 		return errFenced
+	}
+	if r.rebase != nil {
+		last, err := r.rebase()
+		if err != nil {
+			return fmt.Errorf("worker: query %s: reading the last Fleet-Seq: %w", r.id, err)
+		}
+		r.seq = max(r.seq, last)
+		r.rebase = nil
 	}
 	seq := r.seq + 1
 	if err := r.journal.Append(seq, line); err != nil {
@@ -171,7 +183,13 @@ func (r *relay) run(ctx context.Context) {
 			reap(true)
 			continue
 		}
-		for _, m := range batch {
+		for i, m := range batch {
+			if r.fenced != nil && r.fenced() {
+				// A later attempt owns the query now: what is not yet
+				// published is dropped (the journal still has it).
+				r.log.Warn().Int("dropped", len(batch)-i).Msg("fenced: not publishing the rest")
+				break
+			}
 			msg := r.message(m)
 			for {
 				if ctx.Err() != nil {
