@@ -382,7 +382,10 @@ func (s *Service) handleList(m *nats.Msg) {
 // write naks that query's events for a retry.
 func (s *Service) indexLoop(cc jetstream.ConsumeContext) {
 	defer close(s.indexDone)
-	const indexBatch = 512
+	const (
+		indexBatch  = 512
+		indexLinger = 100 * time.Millisecond
+	)
 	for {
 		var first jetstream.Msg
 		select {
@@ -390,16 +393,23 @@ func (s *Service) indexLoop(cc jetstream.ConsumeContext) {
 		case <-cc.Closed():
 			return
 		}
+		// Linger a moment so a short query's events (running, then its
+		// terminal one) become one write. Lookups also read the stream, so
+		// the index may lag this much.
 		batch := []jetstream.Msg{first}
+		linger := time.NewTimer(indexLinger)
 	drain:
 		for len(batch) < indexBatch {
 			select {
 			case m := <-s.indexQ:
 				batch = append(batch, m)
-			default:
+			case <-linger.C:
+				break drain
+			case <-cc.Closed():
 				break drain
 			}
 		}
+		linger.Stop()
 		s.indexBatch(batch)
 	}
 }
