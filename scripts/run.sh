@@ -67,7 +67,7 @@ for _ in $(seq 1 100); do [[ -f "$transcript" ]] && break; sleep 0.1; done
 echo "==> query finished (exit code $rc)"
 echo "    transcript (raw stream-json, one line per agent message): $transcript"
 echo "    status record: $DATA/status/default/$id.json"
-echo "    replay it any time the stream is up: dispatcher tail $id   (NATS: $url)"
+echo "    (this run's NATS server and its temporary store are gone; on a running fleet, replay a query with: bin/dispatcher tail <id>)"
 if [[ $rc -ne 0 ]]; then
   echo "---- worker log ----"; tail -n 30 "$tmp/worker.log"
   echo "---- dispatcher log ----"; tail -n 30 "$tmp/dispatcher.log"
