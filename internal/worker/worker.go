@@ -160,6 +160,7 @@ type Worker struct {
 	loopDone chan struct{}
 	started  atomic.Bool
 	stopOnce sync.Once
+	stopErr  error
 
 	mu      sync.Mutex
 	iter    jetstream.MessagesContext
@@ -229,46 +230,51 @@ func (w *Worker) Start(ctx context.Context) error {
 // another worker continues them at once. ctx bounds the whole wait.
 // Safe to call more than once.
 func (w *Worker) Stop(ctx context.Context) error {
-	var err error
-	w.stopOnce.Do(func() {
-		w.stopping.Store(true)
-		close(w.stopCh)
-		w.mu.Lock()
-		if w.iter != nil {
-			w.iter.Drain()
-		}
-		w.mu.Unlock()
-		if w.started.Load() {
-			select {
-			case <-w.loopDone:
-			case <-ctx.Done():
-			}
-		}
-		done := make(chan struct{})
-		go func() { w.jobs.Wait(); close(done) }()
-		grace := time.NewTimer(w.cfg.ShutdownGrace)
-		defer grace.Stop()
+	w.stopOnce.Do(func() { w.stopErr = w.stop(ctx) })
+	return w.stopErr
+}
+
+func (w *Worker) stop(ctx context.Context) error {
+	w.stopping.Store(true)
+	close(w.stopCh)
+	w.mu.Lock()
+	if w.iter != nil {
+		w.iter.Drain()
+	}
+	w.mu.Unlock()
+	if w.started.Load() {
 		select {
-		case <-done:
-			return
-		case <-grace.C:
-			w.log.Info().Msg("shutdown grace over; handing running jobs back")
+		case <-w.loopDone:
 		case <-ctx.Done():
 		}
+	}
+	done := make(chan struct{})
+	go func() { w.jobs.Wait(); close(done) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.log.Info().Msg("shutdown grace over; handing running jobs back")
 		w.handback(agent.ErrHandback)
-		select {
-		case <-done:
-		case <-ctx.Done():
-			err = fmt.Errorf("worker: jobs still running at shutdown: %w", ctx.Err())
-		}
-	})
+	case <-ctx.Done():
+		w.handback(agent.ErrHandback)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("worker: jobs still running at shutdown: %w", ctx.Err())
+	}
+	// Every job is over, so no sandbox destruction starts any more: wait for
+	// those under way.
 	cleaned := make(chan struct{})
 	go func() { w.cleanup.Wait(); close(cleaned) }()
 	select {
 	case <-cleaned:
+		return nil
 	case <-ctx.Done():
+		return fmt.Errorf("worker: sandboxes still being destroyed at shutdown: %w", ctx.Err())
 	}
-	return err
 }
 
 func (w *Worker) loop(ctx context.Context) {
