@@ -59,17 +59,12 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	defer func() { _ = nc.Drain() }()
 	names := protocol.NewNames(common.Prefix)
 	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log}
-	objects, err := backends.Open(ctx, storageURL, backends.Objects, deps)
+	objects, status, err := backends.OpenBoth(ctx, storageURL, statusURL, deps)
 	if err != nil {
-		log.Error().Err(err).Msg("opening --storage")
+		log.Error().Err(err).Msg("opening --storage / --status-storage")
 		return 1
 	}
 	defer objects.Close()
-	status, err := backends.Open(ctx, cmpOr(statusURL, storageURL), backends.Status, deps)
-	if err != nil {
-		log.Error().Err(err).Msg("opening --status-storage")
-		return 1
-	}
 	defer status.Close()
 	svc, err := dispatcher.New(dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &log,
@@ -109,11 +104,4 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Warn().Err(err).Msg("stopping the dispatcher")
 	}
 	return 0
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

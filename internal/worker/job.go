@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,7 +55,7 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	}
 	log := w.log.With().Str("tenant", job.Tenant).Str("query_id", job.ID).Int("attempt", attempt).Logger()
 
-	provider := w.cfg.Providers[cmpOr(job.Sandbox, w.cfg.DefaultSandbox)]
+	provider := w.cfg.Providers[cmp.Or(job.Sandbox, w.cfg.DefaultSandbox)]
 	if provider == nil {
 		// Another worker of the fleet may have this provider.
 		log.Warn().Str("sandbox", job.Sandbox).Msg("no such sandbox provider on this worker; handing the job back")
@@ -70,13 +71,6 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 
 	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded}
 	q.run(provider, env)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func (w *Worker) heartbeat(ctx context.Context, msg jetstream.Msg, ackWait time.Duration) {

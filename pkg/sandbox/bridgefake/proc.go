@@ -1,6 +1,7 @@
 package bridgefake
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -136,18 +137,11 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 		return "", fmt.Errorf("%s: no such executable", file)
 	}
 	for _, d := range filepath.SplitList(pathEnv) {
-		if p := abs(filepath.Join(cmpOr(d, "."), file)); isExec(p) {
+		if p := abs(filepath.Join(cmp.Or(d, "."), file)); isExec(p) {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("%s: executable file not found in $PATH", file)
-}
-
-func cmpOr(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a
 }
 
 // env builds a process's environment like a fresh container's.
@@ -398,7 +392,7 @@ func (f *Fake) handleKill(w http.ResponseWriter, r *http.Request, _ *sandbox, p 
 		writeError(w, http.StatusBadRequest, "invalid_request", "bad body: "+err.Error())
 		return
 	}
-	name := cmpOr(req.Signal, "SIGTERM")
+	name := cmp.Or(req.Signal, "SIGTERM")
 	if !strings.HasPrefix(name, "SIG") {
 		name = "SIG" + name
 	}
