@@ -61,6 +61,11 @@ var codecCases = []struct {
 	{name: "api_reply_list", value: &APIReply{OK: true, Queries: []StatusEvent{*failedStatus(), *succeededStatus()}}},
 	{name: "api_reply_error", value: &APIReply{Error: &ErrorInfo{Code: CodeNotFound, Message: "no query acme/q9"}}},
 	{name: "list_request", value: &ListRequest{Tenant: "acme", State: StateRunning, Limit: 50}},
+	{name: "job_workspace", value: workspaceJob()},
+	{name: "status_running_workspace", value: &StatusEvent{V: SchemaVersion, ID: "q4", Tenant: "acme", State: StateRunning,
+		Attempt: 1, At: goldenAt, Workspace: &WorkspaceStatus{StartSHA: goldenSHA}}},
+	{name: "status_succeeded_workspace", value: workspaceSucceededStatus()},
+	{name: "artifact", value: goldenArtifact()},
 }
 
 var codecs = []Codec{JSON{}, Msgpack{}}

@@ -26,6 +26,8 @@ type Job struct {
 	Sandbox  string            `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
 	Options  Options           `json:"options" msgpack:"options"`
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	// Workspace, if set, runs the agent in a checkout of a git repository (SPEC 8).
+	Workspace *Workspace `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
 }
 
 // Options tune one agent run. Every field is optional; nil pointers mean "not set".

@@ -77,6 +77,9 @@ type StatusEvent struct {
 	Error    *ErrorInfo        `json:"error,omitempty" msgpack:"error,omitempty"`
 	Result   *ResultSummary    `json:"result,omitempty" msgpack:"result,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	// Workspace is set for jobs with a workspace: start_sha once checked
+	// out ("running"), the capture's summary in the terminal status.
+	Workspace *WorkspaceStatus `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
 }
 
 // SchemaVersion is the V of every envelope this code writes.

@@ -70,7 +70,10 @@ func (n Names) QueryStatus(tenant, id string) string { return n.query(tenant, id
 // QueryCtl is the control subject ({"op":"cancel"}).
 func (n Names) QueryCtl(tenant, id string) string { return n.query(tenant, id) + ".ctl" }
 
-// QueryAll matches the three subjects of one query.
+// QueryArtifact is the subject of a workspace job's artifact manifest (SPEC 8).
+func (n Names) QueryArtifact(tenant, id string) string { return n.query(tenant, id) + ".artifact" }
+
+// QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact).
 func (n Names) QueryAll(tenant, id string) string { return n.query(tenant, id) + ".>" }
 
 // QueriesWildcard matches every per-query subject: <prefix>.query.>.

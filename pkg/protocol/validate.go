@@ -64,7 +64,7 @@ func ValidID(s string) bool { return idRE.MatchString(s) }
 // subjectTenant (or DefaultTenant) when empty. Errors are *ValidationError.
 //
 // The first broken rule is reported, in this order: id, tenant, prompt,
-// sandbox, options (field by field), metadata. Map entries are checked in
+// sandbox, options (field by field), metadata, workspace. Map entries are checked in
 // sorted key order so the error is deterministic. The operator's env
 // allow-list is not checked here: the worker enforces it.
 func (j *Job) Validate(subjectTenant string, requireID bool) error {
@@ -85,7 +85,10 @@ func (j *Job) Validate(subjectTenant string, requireID bool) error {
 	if err := j.Options.validate(); err != nil {
 		return err
 	}
-	return validateMetadata(j.Metadata)
+	if err := validateMetadata(j.Metadata); err != nil {
+		return err
+	}
+	return j.Workspace.validate()
 }
 
 func (j *Job) validateIdentity(subjectTenant string, requireID bool) error {
