@@ -1,0 +1,133 @@
+package dispatcher
+
+// Dead letters: a max-deliveries advisory of the work consumer copies the job
+// to <prefix>.dlq.<tenant>, ends its query with a synthetic result and a
+// failed status, and removes it from the work queue.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+)
+
+// advisory is the max-deliveries advisory of the work consumer.
+type advisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// deadLetter handles one max-deliveries advisory.
+func (s *Service) deadLetter(m jetstream.Msg) {
+	var adv advisory
+	if err := json.Unmarshal(m.Data(), &adv); err != nil || adv.StreamSeq == 0 {
+		_ = m.Term()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.handleDeadLetter(ctx, adv); err != nil {
+		s.log.Error().Err(err).Uint64("stream_seq", adv.StreamSeq).Msg("dead letter failed; will retry")
+		_ = m.NakWithDelay(5 * time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
+	n := s.names
+	jobs, err := s.js.Stream(ctx, n.JobsStream())
+	if err != nil {
+		return err
+	}
+	raw, err := jobs.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // already handled
+	}
+	if err != nil {
+		return fmt.Errorf("reading job %d: %w", adv.StreamSeq, err)
+	}
+	tenant, _ := n.ParseJobSubject(raw.Subject)
+	id, bodyTenant := protocol.ProbeIdentity(raw.Header.Get(protocol.HeaderContentType), raw.Data)
+	tenant = cmp.Or(tenant, bodyTenant, protocol.DefaultTenant)
+	attempt := int(adv.Deliveries)
+	// Copy the job to the dead-letter subject with the reason.
+	dl := nats.NewMsg(n.DLQ(tenant))
+	dl.Data = raw.Data
+	for k, v := range raw.Header {
+		dl.Header[k] = v
+	}
+	dl.Header.Set(protocol.HeaderReason, protocol.CodeMaxDeliveries)
+	dl.Header.Set("Fleet-Deliveries", strconv.FormatUint(adv.Deliveries, 10))
+	dl.Header.Set("Fleet-Stream-Seq", strconv.FormatUint(adv.StreamSeq, 10))
+	dl.Header.Set(protocol.HeaderMsgID, "dlq-"+n.JobsStream()+"-"+strconv.FormatUint(adv.StreamSeq, 10))
+	if _, err := s.js.PublishMsg(ctx, dl); err != nil {
+		return fmt.Errorf("copying job %d to the dead letters: %w", adv.StreamSeq, err)
+	}
+	if protocol.ValidID(id) && protocol.ValidTenant(tenant) {
+		if err := s.endQuery(ctx, tenant, id, attempt, adv.StreamSeq); err != nil {
+			return err
+		}
+	}
+	if err := jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("removing job %d from the work queue: %w", adv.StreamSeq, err)
+	}
+	s.log.Warn().Str("tenant", tenant).Str("query_id", id).Uint64("deliveries", adv.Deliveries).Msg("job dead-lettered")
+	return nil
+}
+
+// endQuery gives a dead-lettered query its synthetic result (on the stream
+// and in the transcript) and its failed status, unless it already ended.
+func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, jobSeq uint64) error {
+	n := s.names
+	if st, err := s.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() && st.JobSeq >= jobSeq {
+		return nil
+	}
+	qs, err := s.js.Stream(ctx, n.QueriesStream())
+	if err != nil {
+		return err
+	}
+	var lastSeq uint64
+	if last, err := qs.GetLastMsgForSubject(ctx, n.QueryMsg(tenant, id)); err == nil {
+		lastSeq, _ = strconv.ParseUint(last.Header.Get(protocol.HeaderSeq), 10, 64)
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return err
+	}
+	seq := lastSeq + 1
+	msgText := fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", attempt, n.DLQ(tenant))
+	line := protocol.SyntheticResult(protocol.SyntheticInput{Reason: protocol.ReasonMaxDeliveries, Message: msgText})
+	pm := nats.NewMsg(n.QueryMsg(tenant, id))
+	pm.Data = line
+	pm.Header.Set(protocol.HeaderSeq, strconv.FormatUint(seq, 10))
+	pm.Header.Set(protocol.HeaderAttempt, strconv.Itoa(attempt))
+	pm.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(tenant, id, attempt, seq))
+	pm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	if _, err := s.js.PublishMsg(ctx, pm); err != nil {
+		return fmt.Errorf("publishing the synthetic result: %w", err)
+	}
+	chunk := append(append([]byte(nil), line...), '\n')
+	if err := s.cfg.Objects.Put(ctx, storage.ChunkKey(tenant, id, seq, attempt), chunk); err != nil {
+		return fmt.Errorf("storing the synthetic result: %w", err)
+	}
+	if err := storage.AssembleTranscript(ctx, s.cfg.Objects, tenant, id); err != nil {
+		return fmt.Errorf("assembling the transcript: %w", err)
+	}
+	ev := protocol.StatusEvent{
+		V: protocol.SchemaVersion, ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
+		JobSeq: jobSeq, Worker: "dispatcher", At: time.Now().UTC(),
+		Error:  apiError(protocol.CodeMaxDeliveries, msgText),
+		Result: &protocol.ResultSummary{Subtype: "error_during_execution", IsError: true, Synthetic: true, LastSeq: seq},
+	}
+	return s.publishJSON(ctx, n.QueryStatus(tenant, id), ev, "")
+}
