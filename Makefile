@@ -40,6 +40,14 @@ bench: ## fleet benchmarks: one figure per line (name value unit), each beside i
 		grep -E '^[a-z_0-9]+ [0-9.]+ [a-zA-Z/]+$$' $$log; echo "(full output: $$log)"; \
 	else cat $$log; exit 1; fi
 
+bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 lines per job (BENCH_SLOTS, BENCH_LINES, BENCH_JOBS)
+	@for shape in "1 0" "8 0" "32 0" "8 100" "8 2000" "8 20000"; do \
+		set -- $$shape; log=$$(mktemp); \
+		if BENCH_SLOTS=$$1 BENCH_LINES=$$2 $(GO) test -run '^$$' -bench 'BenchmarkFleet/dispatch' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
+			grep -E '^(# dispatch|dispatch_|fleet_|baseline_spawn)' $$log; \
+		else cat $$log; exit 1; fi; \
+	done
+
 bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
 
@@ -58,4 +66,4 @@ up: ## docker compose up (needs a Docker engine)
 down: ## docker compose down
 	docker compose down
 
-.PHONY: help build test test/go test/short test/bridge lint bench bench/micro run tidy verify up down
+.PHONY: help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down

@@ -14,6 +14,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
+	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
@@ -25,7 +26,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	var (
 		common                    config.Common
 		storageURL, statusURL     string
-		httpAddr                  string
+		httpAddr, pprofAddr       string
 		maxConc, maxDeliver, reps int
 		ackWait, maxAge           time.Duration
 	)
@@ -37,6 +38,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	fs.DurationVar(&ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
 	fs.IntVar(&maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")
 	fs.DurationVar(&maxAge, "queries-max-age", 7*24*time.Hour, "how long per-query messages are kept for replay (env FLEET_QUERIES_MAX_AGE)")
+	pprofserve.AddFlag(fs, &pprofAddr)
 	fs.IntVar(&reps, "replicas", 1, "stream replicas (3 on a cluster) (env FLEET_REPLICAS)")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -95,11 +97,17 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Error().Err(err).Msg("--http")
 		return 1
 	}
+	ps, err := pprofserve.Start(pprofAddr, log)
+	if err != nil {
+		log.Error().Err(err).Msg("--pprof")
+		return 1
+	}
 	<-ctx.Done()
 	log.Info().Msg("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = hs.Stop(sctx)
+	_ = ps.Stop(sctx)
 	if err := svc.Stop(sctx); err != nil {
 		log.Warn().Err(err).Msg("stopping the dispatcher")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
+	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -36,6 +37,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		slots                        int
 		grace, resultGrace           time.Duration
 		agentEnv, jobEnvAllow        []string
+		pprofAddr                    string
 	)
 	config.AddCommon(fs, &common, "worker")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -51,6 +53,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		"variables copied from the worker's environment into the agent's (env FLEET_AGENT_ENV)")
 	fs.StringSliceVar(&jobEnvAllow, "job-env-allow", nil, "variables a job's options.env may set (env FLEET_JOB_ENV_ALLOW)")
 	fs.StringVar(&cfURL, "cf-bridge-url", "", "Cloudflare bridge Worker URL (env FLEET_CF_BRIDGE_URL)")
+	pprofserve.AddFlag(fs, &pprofAddr)
 	fs.StringVar(&cfToken, "cf-bridge-token", "", "Cloudflare bridge Worker token (env FLEET_CF_BRIDGE_TOKEN)")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -150,6 +153,12 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		log.Error().Err(err).Msg("--http")
 		return 1
 	}
+	ps, err := pprofserve.Start(pprofAddr, log)
+	if err != nil {
+		log.Error().Err(err).Msg("--pprof")
+		return 1
+	}
+	defer func() { _ = ps.Stop(context.Background()) }()
 	if err := w.Start(ctx); err != nil {
 		log.Error().Err(err).Msg("starting")
 		return 1

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,18 +129,72 @@ func relay(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
 	return fleetRate, baseRate
 }
 
-// dispatch measures jobs/s for n stand-in jobs (3 lines each) on one worker
-// with 8 slots, beside spawning and reaping the same stand-in 8 at a time.
-func dispatch(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
+// dispatchShape is the dispatch workload: how many jobs, how many run at once
+// (the worker's slots, and the baseline's parallel spawns), and what each
+// agent writes. BENCH_SLOTS and BENCH_LINES change it, for `make bench/scale`.
+type dispatchShape struct {
+	jobs, slots, lines int
+}
+
+func (d dispatchShape) prompt() string {
+	if d.lines <= 0 {
+		return "hi" // the stand-in echoes it: three lines
+	}
+	return fmt.Sprintf("/standin lines=%d size=200", d.lines)
+}
+
+// shapeFromEnv applies BENCH_SLOTS, BENCH_LINES and BENCH_JOBS to the default
+// workload; with more lines per job, fewer jobs keep the run bounded.
+func shapeFromEnv(t testing.TB, jobs int) dispatchShape {
+	d := dispatchShape{jobs: jobs, slots: 8}
+	num := func(name string, into *int) {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err, name)
+			require.Positive(t, n, name)
+			*into = n
+		}
+	}
+	num("BENCH_SLOTS", &d.slots)
+	num("BENCH_LINES", &d.lines)
+	if d.lines > 0 {
+		d.jobs = min(d.jobs, max(10, 200_000/d.lines))
+	}
+	num("BENCH_JOBS", &d.jobs)
+	return d
+}
+
+// cpuTime is this process's user+system CPU so far (getrusage, the counters
+// /proc/self/stat shows). In the benchmark the process holds the NATS server,
+// the dispatcher, the worker and the harness; the agents are children and
+// are not counted.
+func cpuTime(t testing.TB) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+type dispatchResult struct {
+	fleetRate, baseRate   float64
+	fleetCPUms, baseCPUms float64 // in-process CPU per job
+}
+
+// dispatch measures jobs/s for d.jobs stand-in jobs on one worker with
+// d.slots slots, beside spawning and reaping the same stand-in with the same
+// prompt d.slots at a time; and the CPU per job this process spent on each
+// (for the fleet: nats-server, dispatcher, worker, harness; for the
+// baseline: the harness's own spawning and reading).
+func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	cmd := fleettest.AgentCommand(t)
 	var next atomic.Int64
+	cpu0 := cpuTime(t)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range 8 {
+	for range d.slots {
 		wg.Go(func() {
-			for next.Add(1) <= int64(sz.dispatchJobs) {
+			for next.Add(1) <= int64(d.jobs) {
 				c := exec.Command(cmd[0], append(cmd[1:], "-p", "--output-format", "stream-json", "--verbose")...)
-				c.Stdin = strings.NewReader("hi")
+				c.Stdin = strings.NewReader(d.prompt())
 				out, err := c.StdoutPipe()
 				if err != nil {
 					panic(err)
@@ -153,20 +208,23 @@ func dispatch(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
 		})
 	}
 	wg.Wait()
-	baseRate = float64(sz.dispatchJobs) / time.Since(start).Seconds()
+	r.baseRate = float64(d.jobs) / time.Since(start).Seconds()
+	r.baseCPUms = float64(cpuTime(t)-cpu0) / float64(time.Millisecond) / float64(d.jobs)
 
 	f := fleettest.New(t, fleettest.Opts{})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 8})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: d.slots})
 	fleettest.WaitReady(t, w.W)
 	done, stop := terminalWatcher(t, f.NC, f.Names)
 	defer stop()
+	cpu0 = cpuTime(t)
 	start = time.Now()
-	for i := range sz.dispatchJobs {
-		f.SubmitJSON("default", "d"+strconv.Itoa(i), "hi")
+	for i := range d.jobs {
+		f.SubmitJSON("default", "d"+strconv.Itoa(i), d.prompt())
 	}
-	waitTerminal(t, done, sz.dispatchJobs, 10*time.Minute)
-	fleetRate = float64(sz.dispatchJobs) / time.Since(start).Seconds()
-	return fleetRate, baseRate
+	waitTerminal(t, done, d.jobs, 10*time.Minute)
+	r.fleetRate = float64(d.jobs) / time.Since(start).Seconds()
+	r.fleetCPUms = float64(cpuTime(t)-cpu0) / float64(time.Millisecond) / float64(d.jobs)
+	return r
 }
 
 func percentile(d []time.Duration, p float64) float64 {
@@ -323,11 +381,16 @@ func BenchmarkFleet(b *testing.B) {
 		b.ReportMetric(fleetRate/baseRate, "relay_ratio")
 	})
 	b.Run("dispatch", func(b *testing.B) {
-		fleetRate, baseRate := dispatch(b, full)
-		figure("dispatch_jobs_per_s", fleetRate, "jobs/s")
-		figure("dispatch_baseline_jobs_per_s", baseRate, "jobs/s")
-		figure("dispatch_ratio", fleetRate/baseRate, "ratio")
-		b.ReportMetric(fleetRate/baseRate, "dispatch_ratio")
+		d := shapeFromEnv(b, full.dispatchJobs)
+		r := dispatch(b, d)
+		fmt.Printf("# dispatch: %d jobs, %d slots, %d lines per job (0 = the 3-line echo)\n", d.jobs, d.slots, d.lines)
+		figure("dispatch_jobs_per_s", r.fleetRate, "jobs/s")
+		figure("dispatch_baseline_jobs_per_s", r.baseRate, "jobs/s")
+		figure("dispatch_ratio", r.fleetRate/r.baseRate, "ratio")
+		figure("fleet_cpu_ms_per_job", r.fleetCPUms, "ms")
+		figure("baseline_spawn_cpu_ms_per_job", r.baseCPUms, "ms")
+		figure("fleet_added_cpu_ms_per_job", r.fleetCPUms-r.baseCPUms, "ms")
+		b.ReportMetric(r.fleetRate/r.baseRate, "dispatch_ratio")
 	})
 	b.Run("latency", func(b *testing.B) {
 		p50, p99, lineP99 := latency(b, full)
@@ -354,9 +417,12 @@ func TestBenchmarksRun(t *testing.T) {
 	fr, br := relay(t, tiny)
 	require.Positive(t, fr)
 	require.Positive(t, br)
-	fr, br = dispatch(t, tiny)
-	require.Positive(t, fr)
-	require.Positive(t, br)
+	r := dispatch(t, dispatchShape{jobs: tiny.dispatchJobs, slots: 4})
+	require.Positive(t, r.fleetRate)
+	require.Positive(t, r.baseRate)
+	require.Positive(t, r.fleetCPUms)
+	r = dispatch(t, dispatchShape{jobs: 4, slots: 2, lines: 50})
+	require.Positive(t, r.fleetRate)
 	p50, p99, l99 := latency(t, tiny)
 	require.Positive(t, p50)
 	require.GreaterOrEqual(t, p99, p50)
