@@ -66,6 +66,16 @@ var codecCases = []struct {
 		Attempt: 1, At: goldenAt, Workspace: &WorkspaceStatus{StartSHA: goldenSHA}}},
 	{name: "status_succeeded_workspace", value: workspaceSucceededStatus()},
 	{name: "artifact", value: goldenArtifact()},
+	// Sessions (SPEC 9): session.go.
+	{name: "job_session", value: &Job{ID: "s1", Prompt: "hi", Session: &Session{IdleTimeoutS: ptr(60), Approvals: ApprovalsRemote}}},
+	{name: "ctl_input", value: &CtlOp{Op: OpInput, SessionOp: SessionOp{Text: "and now?", UUID: "u-1"}}},
+	{name: "ctl_approve", value: &CtlOp{Op: OpApprove, SessionOp: SessionOp{RequestID: "r1", Allow: ptr(false), Message: "not that file",
+		UpdatedInput: map[string]any{"command": "ls"}}}},
+	{name: "status_awaiting_approval", value: &StatusEvent{V: SchemaVersion, ID: "s1", Tenant: "acme", State: StateAwaitingApproval, Attempt: 1, At: goldenAt,
+		SessionStatus: SessionStatus{Turn: 2, RequestID: "r1", ToolName: "Bash", ClaudeSessionID: "b401fe91-732e-4a27-94aa-942d088a6ed5"}}},
+	{name: "status_parked", value: &StatusEvent{V: SchemaVersion, ID: "s1", Tenant: "acme", State: StateParked, Attempt: 1, At: goldenAt,
+		SessionStatus: SessionStatus{Turn: 3, ClaudeSessionID: "b401fe91-732e-4a27-94aa-942d088a6ed5", CtlSeq: 42}}},
+	{name: "session_op_request", value: &SessionOpRequest{ID: "s1", Tenant: "acme", SessionOp: SessionOp{Text: "go on"}}},
 }
 
 var codecs = []Codec{JSON{}, Msgpack{}}

@@ -28,6 +28,8 @@ type Job struct {
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
 	// Workspace, if set, runs the agent in a checkout of a git repository (SPEC 8).
 	Workspace *Workspace `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
+	// Session makes the job a multi-turn session (SPEC 9); see session.go.
+	Session *Session `json:"session,omitempty" msgpack:"session,omitempty"`
 }
 
 // Options tune one agent run. Every field is optional; nil pointers mean "not set".

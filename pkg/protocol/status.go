@@ -17,6 +17,11 @@ const (
 	StateSucceeded State = "succeeded"
 	StateFailed    State = "failed"
 	StateCancelled State = "cancelled"
+	// Session states (SPEC 9): the process waits for input, waits for an
+	// approval, or is parked (no process, no slot).
+	StateIdle             State = "idle"
+	StateAwaitingApproval State = "awaiting_approval"
+	StateParked           State = "parked"
 )
 
 // Terminal reports whether s ends a query.
@@ -80,6 +85,8 @@ type StatusEvent struct {
 	// Workspace is set for jobs with a workspace: start_sha once checked
 	// out ("running"), the capture's summary in the terminal status.
 	Workspace *WorkspaceStatus `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
+	// Session fields (SPEC 9); see session.go.
+	SessionStatus
 }
 
 // SchemaVersion is the V of every envelope this code writes.
@@ -119,6 +126,8 @@ type CtlOp struct {
 	Op string `json:"op" msgpack:"op"`
 	// Attempt is set on "fence": runs of earlier attempts must stop relaying.
 	Attempt int `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
+	// Session ops (SPEC 9); see session.go.
+	SessionOp
 }
 
 // Control operations.
