@@ -256,6 +256,23 @@ func (s *localSandbox) setEnvIfOpen(env map[string]string) bool {
 // Start validates spec, builds the environment, resolves Argv[0] with the
 // child's PATH and starts the process in its own process group.
 func (s *localSandbox) Start(ctx context.Context, spec ProcSpec) (Process, error) {
+	return s.start(ctx, spec, false)
+}
+
+// StartInteractive starts a process whose stdin is a pipe the caller holds
+// (the Interactive ability).
+func (s *localSandbox) StartInteractive(ctx context.Context, spec ProcSpec) (InteractiveProcess, error) {
+	if len(spec.Stdin) > 0 {
+		return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w", spec.ID, s.id, Invalidf("an interactive process takes no ProcSpec.Stdin"))
+	}
+	p, err := s.start(ctx, spec, true)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *localSandbox) start(ctx context.Context, spec ProcSpec, interactive bool) (*localProcess, error) {
 	op := fmt.Sprintf("sandbox: start process %s in sandbox %s", spec.ID, s.id)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -300,7 +317,7 @@ func (s *localSandbox) Start(ctx context.Context, spec ProcSpec) (Process, error
 	if err != nil {
 		return nil, &SpawnError{Sandbox: s.id, Process: spec.ID, Program: spec.Argv[0], Err: err}
 	}
-	p, err := s.spawn(spec, path, cwd, env)
+	p, err := s.spawn(spec, path, cwd, env, interactive)
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +424,7 @@ func checkExecutable(p string) error {
 }
 
 // spawn creates the pipes and starts the process. It is called with s.mu held.
-func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]string) (*localProcess, error) {
+func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]string, interactive bool) (*localProcess, error) {
 	var parentEnds, childEnds []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -444,7 +461,7 @@ func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]str
 		SysProcAttr: sysProcAttr(),
 	}
 	var stdinW *os.File
-	if len(spec.Stdin) > 0 {
+	if len(spec.Stdin) > 0 || interactive {
 		stdinR, w, err := pipe()
 		if err != nil {
 			return nil, err
@@ -485,7 +502,7 @@ func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]str
 
 	go p.waitLoop()
 	go p.drainStderr()
-	if stdinW != nil {
+	if stdinW != nil && !interactive {
 		go p.writeStdin(spec.Stdin)
 	} else {
 		close(p.stdinDone)
@@ -711,7 +728,40 @@ type localProcess struct {
 	stdinDone chan struct{} // closed once the stdin writer is done
 }
 
-var _ Process = (*localProcess)(nil)
+var (
+	_ Process            = (*localProcess)(nil)
+	_ InteractiveProcess = (*localProcess)(nil)
+	_ Interactive        = (*localSandbox)(nil)
+)
+
+// Stdin is the stdin pipe of an interactive process.
+func (p *localProcess) Stdin() io.WriteCloser { return localStdin{p} }
+
+type localStdin struct{ p *localProcess }
+
+func (w localStdin) Write(b []byte) (int, error) {
+	if w.p.stdinW == nil {
+		return 0, fmt.Errorf("sandbox: process %s has no stdin: %w", w.p.id, ErrInvalid)
+	}
+	n, err := w.p.stdinW.Write(b)
+	if err != nil {
+		select {
+		case <-w.p.done:
+			return n, fmt.Errorf("sandbox: write stdin of process %s: %w", w.p.id, ErrExited)
+		default:
+		}
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+			return n, fmt.Errorf("sandbox: write stdin of process %s: %w: %v", w.p.id, ErrExited, err)
+		}
+		return n, fmt.Errorf("sandbox: write stdin of process %s: %w", w.p.id, err)
+	}
+	return n, nil
+}
+
+func (w localStdin) Close() error {
+	w.p.closeStdin()
+	return nil
+}
 
 // ID returns the process ID given in ProcSpec.
 func (p *localProcess) ID() string { return p.id }

@@ -92,7 +92,7 @@ func childEnv(t *testing.T, sb sandbox.Sandbox, spec sandbox.ProcSpec) map[strin
 func TestLocal(t *testing.T) {
 	sandboxtest.Exercise(t, func(t *testing.T) sandbox.Provider {
 		return setupLocal(t, sandbox.LocalConfig{}).local
-	}, sandboxtest.Features{SignalsReported: true, LocalPIDs: true, SpawnErrors: true})
+	}, sandboxtest.Features{SignalsReported: true, LocalPIDs: true, SpawnErrors: true, Interactive: true})
 }
 
 func TestNewLocalValidates(t *testing.T) {

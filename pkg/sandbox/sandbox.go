@@ -79,6 +79,25 @@ type Process interface {
 	Stop(ctx context.Context, grace time.Duration) error
 }
 
+// Interactive is an optional ability of a Sandbox (like nomad's optional
+// ExecTaskStreamingDriver): it starts a process whose stdin stays open, for
+// a caller that talks to it over time (sessions, SPEC 9). Check for it with
+// a type assertion; a provider without it cannot run sessions.
+type Interactive interface {
+	// StartInteractive starts a process like Start, but its stdin is a pipe
+	// the caller writes to (ProcSpec.Stdin must be empty). Errors as Start.
+	StartInteractive(ctx context.Context, spec ProcSpec) (InteractiveProcess, error)
+}
+
+// InteractiveProcess is a running process whose stdin the caller holds.
+type InteractiveProcess interface {
+	Process
+	// Stdin is the process's stdin. Writes are delivered in order; a write
+	// blocks while the process does not read. Close sends EOF. Writes after
+	// the process exited fail with an error wrapping ErrExited.
+	Stdin() io.WriteCloser
+}
+
 // ExitStatus is how a process ended.
 type ExitStatus struct {
 	// Code is the exit code, or -1 when killed by a signal.

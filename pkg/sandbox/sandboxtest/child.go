@@ -148,6 +148,14 @@ func runStep(step string, extra []string) (code int, exit bool, err error) {
 		}
 	case "stdin-echo":
 		_, err = io.Copy(os.Stdout, os.Stdin)
+	case "stdin-lines":
+		// Answers each stdin line as it arrives ("got <line>"), until EOF.
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if _, err = fmt.Fprintln(os.Stdout, "got "+sc.Text()); err != nil {
+				break
+			}
+		}
 	case "sleep":
 		var d time.Duration
 		if d, err = time.ParseDuration(rest); err == nil {

@@ -46,6 +46,10 @@ type Features struct {
 	// SpawnErrors: Start reports a program that does not exist as a
 	// *sandbox.SpawnError (which also matches sandbox.ErrInvalid).
 	SpawnErrors bool
+
+	// Interactive: sandboxes implement sandbox.Interactive (a stdin the
+	// caller holds open). When false the suite checks that they do not.
+	Interactive bool
 }
 
 func (f Features) withDefaults() Features {
@@ -102,6 +106,7 @@ func Exercise(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, f F
 		"DestroyIdempotent":          s.testDestroyIdempotent,
 		"DestroyStopsProcesses":      s.testDestroyStopsProcesses,
 		"SandboxesHaveSeparateHomes": s.testSeparateHomes,
+		"InteractiveStdin":           s.testInteractiveStdin,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -658,4 +663,36 @@ func (s *suite) testSeparateHomes(t *testing.T) {
 		require.NotEmpty(t, homes[i])
 	}
 	require.NotEqual(t, homes[0], homes[1], "two sandboxes share HOME")
+}
+
+// testInteractiveStdin writes lines one at a time to a process's open stdin
+// and reads each answer before writing the next, then closes stdin.
+func (s *suite) testInteractiveStdin(t *testing.T) {
+	sb := s.sandbox(t, nil)
+	isb, ok := sb.(sandbox.Interactive)
+	if !s.f.Interactive {
+		require.False(t, ok, "the sandbox implements sandbox.Interactive but Features.Interactive is false")
+		return
+	}
+	require.True(t, ok, "Features.Interactive is set but the sandbox does not implement sandbox.Interactive")
+	_, err := isb.StartInteractive(ctx(t), sandbox.ProcSpec{ID: newID("p"), Argv: s.argv("echo x"), Stdin: []byte("x")})
+	require.ErrorIs(t, err, sandbox.ErrInvalid)
+
+	p, err := isb.StartInteractive(ctx(t), sandbox.ProcSpec{ID: newID("p"), Argv: s.argv("echo ready", "stdin-lines", "echo bye")})
+	require.NoError(t, err)
+	br := bufio.NewReader(p.Stdout())
+	require.Equal(t, "ready\n", readLine(t, br))
+	for _, line := range []string{"first", "second {\"json\":true}", "third"} {
+		_, err := p.Stdin().Write([]byte(line + "\n"))
+		require.NoError(t, err)
+		// The answer comes while stdin is still open: nothing waits for EOF.
+		require.Equal(t, "got "+line+"\n", readLine(t, br))
+	}
+	require.NoError(t, p.Stdin().Close())
+	require.Equal(t, "bye\n", readLine(t, br))
+	rest := readAll(t, br)
+	require.Empty(t, rest)
+	require.Equal(t, 0, wait(t, p).Code)
+	_, err = p.Stdin().Write([]byte("late\n"))
+	require.ErrorIs(t, err, sandbox.ErrExited)
 }
