@@ -361,6 +361,10 @@ func stopCause(ctx context.Context) error {
 	return context.Cause(ctx)
 }
 
+// ReasonFor maps a stop cause (ErrCancelled, ErrTimeout, a deadline) to the
+// synthetic result's reason and message.
+func ReasonFor(cause error) (reason, message string) { return reasonFor(cause) }
+
 func reasonFor(cause error) (reason, message string) {
 	switch {
 	case errors.Is(cause, ErrTimeout), errors.Is(cause, context.DeadlineExceeded):
@@ -371,6 +375,12 @@ func reasonFor(cause error) (reason, message string) {
 }
 
 func (r *Runner) synthesize(emit EmitFunc, out Outcome, in protocol.SyntheticInput) (Outcome, error) {
+	return EmitSynthetic(emit, out, in)
+}
+
+// EmitSynthetic emits the synthetic result line for in and records it in
+// out (Result, Synthetic, Reason, Lines). Sessions share it with Run.
+func EmitSynthetic(emit EmitFunc, out Outcome, in protocol.SyntheticInput) (Outcome, error) {
 	line := protocol.SyntheticResult(in)
 	msg := protocol.ParseMessage(line)
 	res, err := msg.AsResult()

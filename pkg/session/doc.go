@@ -1,0 +1,42 @@
+// Package session runs one agent process as a multi-turn session (SPEC 9):
+// Claude Code in stream-json input mode (`claude -p --input-format
+// stream-json --output-format stream-json --verbose --replay-user-messages`,
+// plus `--permission-prompt-tool stdio` for remote approvals), its stdin
+// held open through the sandbox's optional Interactive ability.
+//
+// # Turns
+//
+// Start starts the process; it writes nothing until its first input. Turn
+// writes one user message and returns when the turn's result line has been
+// emitted (or, when the process died or was stopped, after the synthetic
+// result the session wrote, as pkg/agent does for one-shot runs). A caller
+// writes the next input only after Turn returned: Claude Code merges lines
+// written during a turn into one next turn, so queueing belongs to the
+// caller. Every line the process writes goes to the EmitFunc, in order, from
+// one goroutine, between turns too (control responses, lifecycle lines).
+//
+// # Control
+//
+// Interrupt ends the running turn (a control_request of subtype interrupt;
+// the CLI answers and ends the turn with an error_during_execution result;
+// the process goes on). Permission requests (control_request can_use_tool)
+// are recorded as pending and reported to Spec.OnRequest after they were
+// emitted; Respond answers one (allow, with the tool's input or an updated
+// one, or deny with a message).
+//
+// # Ending
+//
+// Close closes stdin, gives the process a grace period to exit (the CLI
+// exits about a second after EOF), then stops its group. A cancelled or
+// handed-back Turn stops the process at once.
+//
+// # Checkpoints
+//
+// SessionFile reads Claude Code's transcript of the session
+// ($CLAUDE_CONFIG_DIR/projects/<project>/<session id>.jsonl) out of the
+// sandbox, and Restore writes one back into a fresh sandbox, so that
+// `--resume <session id>` finds it on any worker (Claude Code looks the id
+// up in every project directory of its config dir). Both run small helper
+// programs in the sandbox (printenv, cat, mkdir, cp: argv, never a shell),
+// so one implementation serves every provider.
+package session
