@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
 // MaxFileBytes is the largest file PUT /file accepts (the real bridge's
@@ -63,6 +65,11 @@ type Options struct {
 	Path string
 	// BaseEnv is added to every process's base environment.
 	BaseEnv map[string]string
+	// GitCredentials, if set, are held by the fake like the Worker's
+	// GIT_CREDENTIALS secret: processes reach http:// remotes through a
+	// loopback egress proxy (http_proxy) that adds them, so git
+	// authenticates without ever seeing them.
+	GitCredentials workspace.Credentials
 	// Dir holds the sandboxes' directories. Defaults to tb.TempDir().
 	Dir string
 	// OutputWindow is how many bytes of a process's stdout (and, apart,
@@ -123,6 +130,15 @@ func New(tb testing.TB, opts Options) *Fake {
 	opts.OutputWindow = cmp.Or(opts.OutputWindow, 1<<20)
 	if opts.Dir == "" {
 		opts.Dir = tb.TempDir()
+	}
+	if opts.GitCredentials.Len() > 0 {
+		proxy := startGitEgress(tb, opts.GitCredentials)
+		env := maps.Clone(opts.BaseEnv)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["http_proxy"] = proxy
+		opts.BaseEnv = env
 	}
 	f := &Fake{
 		opts:      opts,

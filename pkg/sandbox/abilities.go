@@ -1,0 +1,27 @@
+package sandbox
+
+// Optional abilities of a Sandbox, found with a type assertion (like
+// nomad's optional driver interfaces). Callers must work without them.
+
+// PrivateStdin is implemented by sandboxes whose ProcSpec.Stdin reaches the
+// process through a pipe only, never written to a file or sent anywhere a
+// later process of the sandbox could read it (Local). A caller may hand a
+// short-lived secret to one process this way.
+type PrivateStdin interface {
+	PrivateStdin()
+}
+
+// GitCredentialsBrokered is implemented by sandboxes whose provider adds
+// git credentials to outgoing requests itself, outside the sandbox
+// (Cloudflare: the bridge Worker holds them and injects them on egress).
+// Callers give such a sandbox no credentials.
+type GitCredentialsBrokered interface {
+	GitCredentialsBrokered()
+}
+
+// PrivateStdin marks Local: stdin is a pipe.
+func (s *localSandbox) PrivateStdin() {}
+
+// GitCredentialsBrokered marks Cloudflare: the bridge Worker holds git
+// credentials (its GIT_CREDENTIALS secret) and adds them on egress.
+func (s *cfSandbox) GitCredentialsBrokered() {}

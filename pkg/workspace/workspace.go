@@ -1,0 +1,468 @@
+package workspace
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+)
+
+// Fleet identity of the commit that captures uncommitted work.
+const (
+	CommitName  = "agentfleet"
+	CommitEmail = "fleet@agentfleet.invalid"
+)
+
+// Config configures Workspaces.
+type Config struct {
+	// Store keeps the diff and the bundle. Required.
+	Store storage.Store
+	// Credentials authenticate fetch and push of http(s) remotes.
+	Credentials Credentials
+	// AllowFile allows file:// remotes (tests, single-machine use).
+	AllowFile bool
+	// MaxBytes fails a checkout whose fetched objects are larger (0 = no limit).
+	MaxBytes int64
+	// Logger; nil is Nop.
+	Logger *zerolog.Logger
+}
+
+// Workspaces checks repositories out into sandboxes and captures the work
+// done in them. It is safe for concurrent use.
+type Workspaces struct {
+	cfg Config
+	log zerolog.Logger
+}
+
+// New returns Workspaces for cfg.
+func New(cfg Config) (*Workspaces, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("workspace: Config.Store is required")
+	}
+	if cfg.MaxBytes < 0 {
+		return nil, errors.New("workspace: Config.MaxBytes must not be negative")
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = cfg.Logger.With().Str("component", "workspace").Logger()
+	}
+	return &Workspaces{cfg: cfg, log: log}, nil
+}
+
+// Spec is one job's workspace.
+type Spec struct {
+	Tenant, ID string
+	Workspace  protocol.Workspace
+}
+
+// Base is a checkout: what Capture compares the work with.
+type Base struct {
+	Spec     Spec
+	StartSHA string
+	Branch   string
+}
+
+// Checkout checks spec's repository out at its ref into sb's workspace root,
+// which must be empty, on a new branch (spec's branch) at the resolved
+// commit, start_sha. The checkout holds the repository and nothing of the
+// fleet's; its origin remote is the repository URL, which never carries
+// credentials.
+//
+// Credentials for the remote are handed to the one fetch process over its
+// stdin and live only in that process's environment while it runs; they are
+// never in the agent's environment, argv, files or .git/config.
+//
+// Errors: a *CheckoutError wrapping ErrCheckout (missing repository or ref,
+// refused credentials, file:// not allowed, over MaxBytes) or ErrTransient
+// (anything else: retry on another attempt).
+func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec) (Base, error) {
+	ws := spec.Workspace
+	fail := func(permanent bool, reason string) (Base, error) {
+		return Base{}, &CheckoutError{Repo: ws.Repo, Ref: ws.Ref, Reason: reason, Permanent: permanent}
+	}
+	if err := protocol.ValidRepo(ws.Repo); err != nil {
+		return fail(true, err.Error())
+	}
+	if strings.HasPrefix(ws.Repo, "file:") && !w.cfg.AllowFile {
+		return fail(true, "file:// remotes are not allowed on this worker (--workspace-allow-file)")
+	}
+	base := Base{Spec: spec, Branch: ws.WorkBranch(spec.Tenant, spec.ID)}
+	if _, err := w.mustGit(ctx, sb, "init", "init", "-q"); err != nil {
+		return fail(false, err.Error())
+	}
+	// Providers may keep files of their own in the workspace (Cloudflare:
+	// .fleet/stdin-*); they are never part of the work.
+	if err := sb.WriteFile(ctx, ".git/info/exclude", []byte("/.fleet/\n")); err != nil {
+		return fail(false, err.Error())
+	}
+	if _, err := w.mustGit(ctx, sb, "remote", "remote", "add", "origin", ws.Repo); err != nil {
+		return fail(false, err.Error())
+	}
+	ref := ws.Ref
+	if ref == "" {
+		ref = "HEAD"
+	}
+	args := []string{"fetch", "-q", "--no-tags", "--no-recurse-submodules"}
+	if d := ws.CloneDepth(); d > 0 {
+		args = append(args, "--depth", strconv.Itoa(d))
+	}
+	args = append(args, "origin", ref)
+	call := gitCall{step: "fetch", args: args}
+	var err error
+	if call.authKey, call.authValue, err = w.auth(sb, ws.Repo); err != nil {
+		return fail(true, err.Error())
+	}
+	r, err := w.git(ctx, sb, call)
+	if err != nil {
+		return fail(false, err.Error())
+	}
+	if r.code != 0 {
+		return fail(permanentFetchError(r.stderr), "git fetch: "+lastLines(r.stderr))
+	}
+	if w.cfg.MaxBytes > 0 {
+		size, err := w.objectBytes(ctx, sb)
+		if err != nil {
+			return fail(false, err.Error())
+		}
+		if size > w.cfg.MaxBytes {
+			return fail(true, fmt.Sprintf("the repository is %d MiB, over this worker's limit of %d MiB (--workspace-max-bytes)",
+				(size+1<<20-1)>>20, w.cfg.MaxBytes>>20))
+		}
+	}
+	sha, err := w.mustGit(ctx, sb, "resolve", "rev-parse", "--verify", "-q", "FETCH_HEAD^{commit}")
+	if err != nil {
+		return fail(true, "the ref does not name a commit")
+	}
+	if _, err := w.mustGit(ctx, sb, "checkout", "-c", "advice.detachedHead=false", "checkout", "-q", "-B", base.Branch, sha); err != nil {
+		return fail(false, err.Error())
+	}
+	// The unborn branch git init made is gone once we are on base.Branch.
+	base.StartSHA = sha
+	return base, nil
+}
+
+// auth returns the credential to hand to one git process for repo, if any.
+// A sandbox whose provider brokers credentials gets none; one that cannot
+// take a secret privately gets an error rather than a leak.
+func (w *Workspaces) auth(sb sandbox.Sandbox, repo string) (key, value string, err error) {
+	if _, ok := sb.(sandbox.GitCredentialsBrokered); ok {
+		return "", "", nil
+	}
+	key, value, ok := w.cfg.Credentials.forRepo(repo)
+	if !ok {
+		return "", "", nil
+	}
+	if _, ok := sb.(sandbox.PrivateStdin); !ok {
+		return "", "", errors.New("this sandbox provider cannot take git credentials privately; configure them where the provider keeps them")
+	}
+	return key, value, nil
+}
+
+// objectBytes is the size of the repository's object store.
+func (w *Workspaces) objectBytes(ctx context.Context, sb sandbox.Sandbox) (int64, error) {
+	out, err := w.mustGit(ctx, sb, "size", "count-objects", "-v")
+	if err != nil {
+		return 0, err
+	}
+	var kib int64
+	for _, line := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		if k == "size" || k == "size-pack" {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			kib += n
+		}
+	}
+	return kib << 10, nil
+}
+
+// permanentFetchError tells a missing repository or ref, or refused
+// credentials, from network trouble by git's message.
+func permanentFetchError(stderr string) bool {
+	s := strings.ToLower(stderr)
+	for _, p := range []string{
+		"couldn't find remote ref", "not found", "does not appear to be a git repository",
+		"authentication failed", "could not read username", "could not read password", "terminal prompts disabled",
+		"not our ref", "unadvertised object", "invalid refspec", "access denied", "permission denied",
+		"returned error: 401", "returned error: 403", "returned error: 404", "transport 'file' not allowed",
+		"unsupported protocol", "is not a valid", "no such remote ref",
+	} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Capture records the work done in the checkout, whatever the agent left:
+// its own commits plus every uncommitted and untracked change that
+// .gitignore does not exclude (deletions and binary files included), as one
+// extra commit by the fleet identity when needed. The work branch then
+// points at end_sha. It stores the diff (git diff --binary start_sha
+// end_sha) and a bundle of the branch with start_sha as prerequisite (none
+// when nothing changed), and pushes the branch when the spec says so. A
+// rejected push is reported in Artifact.PushError and loses nothing.
+//
+// The repository is the agent's and not trusted: hooks, fsmonitor, external
+// diff drivers and credential helpers are off for every git command, and the
+// push goes out of a fresh repository of the fleet's that only borrows the
+// objects.
+func (w *Workspaces) Capture(ctx context.Context, sb sandbox.Sandbox, base Base) (protocol.Artifact, error) {
+	spec := base.Spec
+	a := protocol.Artifact{StartSHA: base.StartSHA, Branch: base.Branch, Files: []protocol.ArtifactFile{}}
+	if _, err := w.mustGit(ctx, sb, "add", "add", "-A"); err != nil {
+		return a, fmt.Errorf("workspace: capture: %w", err)
+	}
+	r, err := w.git(ctx, sb, gitCall{step: "staged", args: []string{"diff", "--cached", "--quiet", "--no-ext-diff"}})
+	if err != nil {
+		return a, fmt.Errorf("workspace: capture: %w", err)
+	}
+	if r.code != 0 {
+		msg := "agentfleet: uncommitted work of " + spec.Tenant + "/" + spec.ID
+		if _, err := w.mustGit(ctx, sb, "commit",
+			"-c", "user.name="+CommitName, "-c", "user.email="+CommitEmail,
+			"commit", "-q", "--no-verify", "--allow-empty-message", "-m", msg); err != nil {
+			return a, fmt.Errorf("workspace: capture: %w", err)
+		}
+	}
+	end, err := w.mustGit(ctx, sb, "head", "rev-parse", "--verify", "HEAD^{commit}")
+	if err != nil {
+		return a, fmt.Errorf("workspace: capture: %w", err)
+	}
+	a.EndSHA = end
+	if _, err := w.mustGit(ctx, sb, "branch", "update-ref", "refs/heads/"+base.Branch, end); err != nil {
+		return a, fmt.Errorf("workspace: capture: %w", err)
+	}
+	if err := w.manifest(ctx, sb, &a); err != nil {
+		return a, err
+	}
+	a.DiffKey = storage.DiffKey(spec.Tenant, spec.ID)
+	a.DiffBytes, err = w.storeOutput(ctx, sb, a.DiffKey, gitCall{step: "diff",
+		args: []string{"diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base.StartSHA, end}})
+	if err != nil {
+		return a, err
+	}
+	if end != base.StartSHA {
+		a.BundleKey = storage.BundleKey(spec.Tenant, spec.ID)
+		a.BundleBytes, err = w.storeOutput(ctx, sb, a.BundleKey, gitCall{step: "bundle",
+			args: []string{"bundle", "create", "-q", "-", "refs/heads/" + base.Branch, "^" + base.StartSHA}})
+		if err != nil {
+			return a, err
+		}
+	}
+	if spec.Workspace.Push {
+		if err := w.push(ctx, sb, base, end); err != nil {
+			a.PushError = err.Error()
+		} else {
+			a.Pushed = true
+		}
+	}
+	return a, nil
+}
+
+// manifest fills a's file list and totals from git diff --numstat and
+// --name-status between start and end (renames detected).
+func (w *Workspaces) manifest(ctx context.Context, sb sandbox.Sandbox, a *protocol.Artifact) error {
+	common := []string{"diff", "-z", "-M", "--no-ext-diff", "--no-textconv", a.StartSHA, a.EndSHA}
+	num, err := w.git(ctx, sb, gitCall{step: "numstat", args: append([]string{common[0], "--numstat"}, common[1:]...)})
+	if err == nil && num.code != 0 {
+		err = fmt.Errorf("git diff --numstat: exit %d: %s", num.code, lastLines(num.stderr))
+	}
+	if err != nil {
+		return fmt.Errorf("workspace: capture: %w", err)
+	}
+	names, err := w.git(ctx, sb, gitCall{step: "namestatus", args: append([]string{common[0], "--name-status"}, common[1:]...)})
+	if err == nil && names.code != 0 {
+		err = fmt.Errorf("git diff --name-status: exit %d: %s", names.code, lastLines(names.stderr))
+	}
+	if err != nil {
+		return fmt.Errorf("workspace: capture: %w", err)
+	}
+	files, err := parseDiff(num.stdout, names.stdout)
+	if err != nil {
+		return fmt.Errorf("workspace: capture: %w", err)
+	}
+	a.FilesTotal = len(files)
+	for _, f := range files {
+		a.Additions += f.Additions
+		a.Deletions += f.Deletions
+	}
+	if len(files) > protocol.MaxArtifactFiles {
+		files, a.Truncated = files[:protocol.MaxArtifactFiles], true
+	}
+	a.Files = files
+	return nil
+}
+
+// parseDiff joins git diff -z --numstat and -z --name-status output, which
+// list the same files in the same order.
+func parseDiff(numstat, nameStatus []byte) ([]protocol.ArtifactFile, error) {
+	var files []protocol.ArtifactFile
+	fields := bytes.Split(bytes.TrimSuffix(nameStatus, []byte{0}), []byte{0})
+	for i := 0; i < len(fields) && len(fields[i]) > 0; {
+		code := string(fields[i])
+		f := protocol.ArtifactFile{}
+		switch code[0] {
+		case 'R', 'C':
+			if i+2 >= len(fields) {
+				return nil, errors.New("git diff --name-status: truncated rename")
+			}
+			f.Status, f.OldPath, f.Path = protocol.FileRenamed, string(fields[i+1]), string(fields[i+2])
+			if code[0] == 'C' {
+				f.Status, f.OldPath = protocol.FileAdded, ""
+			}
+			i += 3
+		default:
+			if i+1 >= len(fields) {
+				return nil, errors.New("git diff --name-status: truncated entry")
+			}
+			f.Path = string(fields[i+1])
+			switch code[0] {
+			case 'A':
+				f.Status = protocol.FileAdded
+			case 'D':
+				f.Status = protocol.FileDeleted
+			case 'T':
+				f.Status = protocol.FileTypeChanged
+			default:
+				f.Status = protocol.FileModified
+			}
+			i += 2
+		}
+		files = append(files, f)
+	}
+	// numstat: "add\tdel\tpath\0" or, for a rename, "add\tdel\t\0old\0new\0".
+	rest := numstat
+	for k := 0; len(rest) > 0; k++ {
+		head, after, ok := bytes.Cut(rest, []byte{0})
+		if !ok {
+			return nil, errors.New("git diff --numstat: truncated entry")
+		}
+		parts := strings.SplitN(string(head), "\t", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("git diff --numstat: bad entry %q", head)
+		}
+		rest = after
+		if parts[2] == "" { // rename: two more paths
+			for range 2 {
+				if _, rest, ok = bytes.Cut(rest, []byte{0}); !ok {
+					return nil, errors.New("git diff --numstat: truncated rename")
+				}
+			}
+		}
+		if k >= len(files) {
+			return nil, errors.New("git diff: --numstat lists more files than --name-status")
+		}
+		if parts[0] == "-" {
+			files[k].Binary = true
+			continue
+		}
+		files[k].Additions, _ = strconv.Atoi(parts[0])
+		files[k].Deletions, _ = strconv.Atoi(parts[1])
+	}
+	return files, nil
+}
+
+// storeOutput stores a git command's stdout under key, streamed when the
+// store can take a stream (S3 multipart, files), and returns its size.
+func (w *Workspaces) storeOutput(ctx context.Context, sb sandbox.Sandbox, key string, call gitCall) (int64, error) {
+	cw := &countingWriter{}
+	check := func(r gitResult, err error) error {
+		if err == nil && r.code != 0 {
+			err = fmt.Errorf("git %s: exit %d: %s", call.step, r.code, lastLines(r.stderr))
+		}
+		if err != nil {
+			return fmt.Errorf("workspace: capture: %w", err)
+		}
+		return nil
+	}
+	if sp, ok := w.cfg.Store.(storage.StreamPutter); ok {
+		pr, pw := io.Pipe()
+		call.stdout = io.MultiWriter(pw, cw)
+		done := make(chan error, 1)
+		go func() {
+			err := sp.PutStream(ctx, key, bufio.NewReaderSize(pr, 256<<10))
+			_ = pr.CloseWithError(err) // unblocks git's writer if the store gave up
+			done <- err
+		}()
+		r, err := w.git(ctx, sb, call)
+		gitErr := check(r, err)
+		if gitErr != nil {
+			pw.CloseWithError(gitErr)
+		} else {
+			pw.Close()
+		}
+		putErr := <-done
+		if gitErr != nil {
+			return 0, gitErr
+		}
+		if putErr != nil {
+			return 0, fmt.Errorf("workspace: storing %s: %w", key, putErr)
+		}
+		return cw.n, nil
+	}
+	var buf bytes.Buffer
+	call.stdout = &buf
+	if err := check(w.git(ctx, sb, call)); err != nil {
+		return 0, err
+	}
+	if err := w.cfg.Store.Put(ctx, key, buf.Bytes()); err != nil {
+		return 0, fmt.Errorf("workspace: storing %s: %w", key, err)
+	}
+	return int64(buf.Len()), nil
+}
+
+type countingWriter struct{ n int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+// pushDir is the fleet's own repository the push goes out of: a fresh
+// bare repository whose config the agent never touched, borrowing the
+// checkout's objects through alternates.
+const pushDir = ".git/fleet-push"
+
+// push pushes end to the work branch of the remote.
+func (w *Workspaces) push(ctx context.Context, sb sandbox.Sandbox, base Base, end string) error {
+	repo := base.Spec.Workspace.Repo
+	if _, err := w.mustGit(ctx, sb, "pushinit", "init", "-q", "--bare", pushDir); err != nil {
+		return err
+	}
+	if err := sb.WriteFile(ctx, pushDir+"/objects/info/alternates", []byte("../../objects\n")); err != nil {
+		return fmt.Errorf("preparing the push: %w", err)
+	}
+	if shallow, err := sb.ReadFile(ctx, ".git/shallow"); err == nil {
+		if err := sb.WriteFile(ctx, pushDir+"/shallow", shallow); err != nil {
+			return fmt.Errorf("preparing the push: %w", err)
+		}
+	}
+	call := gitCall{step: "push", args: []string{"--git-dir=" + pushDir, "push", "-q", "--porcelain", "--no-verify",
+		repo, end + ":refs/heads/" + base.Branch}}
+	var err error
+	if call.authKey, call.authValue, err = w.auth(sb, repo); err != nil {
+		return err
+	}
+	r, err := w.git(ctx, sb, call)
+	if err != nil {
+		return err
+	}
+	if r.code != 0 {
+		reason := lastLines(r.stderr)
+		if out := strings.TrimSpace(string(r.stdout)); out != "" {
+			reason = lastLines(out + "\n" + reason)
+		}
+		return fmt.Errorf("push of %s to %s rejected: %s", base.Branch, protocol.RedactRepo(repo), reason)
+	}
+	return nil
+}
