@@ -25,6 +25,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
+	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
 func run(ctx context.Context, stop context.CancelFunc, args []string) int {
@@ -38,6 +39,9 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		grace, resultGrace           time.Duration
 		agentEnv, jobEnvAllow        []string
 		pprofAddr                    string
+		gitCreds                     string
+		wsAllowFile                  bool
+		wsMaxBytes                   int64
 	)
 	config.AddCommon(fs, &common, "worker")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -55,6 +59,9 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	fs.StringVar(&cfURL, "cf-bridge-url", "", "Cloudflare bridge Worker URL (env FLEET_CF_BRIDGE_URL)")
 	pprofserve.AddFlag(fs, &pprofAddr)
 	fs.StringVar(&cfToken, "cf-bridge-token", "", "Cloudflare bridge Worker token (env FLEET_CF_BRIDGE_TOKEN)")
+	fs.StringVar(&gitCreds, "git-credentials", "", "git credentials for workspace fetch and push, in git's credential-store format; never shown to agents (env FLEET_GIT_CREDENTIALS)")
+	fs.BoolVar(&wsAllowFile, "workspace-allow-file", false, "allow file:// workspace repositories: tests and single-machine use (env FLEET_WORKSPACE_ALLOW_FILE)")
+	fs.Int64Var(&wsMaxBytes, "workspace-max-bytes", 2<<30, "fail a workspace checkout whose fetched repository is larger; 0 = no limit (env FLEET_WORKSPACE_MAX_BYTES)")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -132,6 +139,20 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		}
 		providers[protocol.SandboxCloudflare] = cf
 	}
+	var creds workspace.Credentials
+	if gitCreds != "" {
+		if creds, err = workspace.LoadCredentials(gitCreds); err != nil {
+			log.Error().Err(err).Msg("--git-credentials")
+			return 2
+		}
+	}
+	workspaces, err := workspace.New(workspace.Config{
+		Store: objects, Credentials: creds, AllowFile: wsAllowFile, MaxBytes: wsMaxBytes, Logger: &log,
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("workspaces")
+		return 2
+	}
 	runner, err := agent.New(agent.Config{Command: command, ResultGrace: resultGrace, Logger: &log})
 	if err != nil {
 		log.Error().Err(err).Msg("agent runner")
@@ -141,7 +162,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w, err := worker.New(worker.Config{
 		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName,
-		Runner: runner, Journal: jl, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
+		Runner: runner, Journal: jl, Workspaces: workspaces, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
 		Metrics: worker.NewMetrics(reg, slots, jl.Backlog),
 	})
 	if err != nil {

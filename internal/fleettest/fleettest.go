@@ -31,6 +31,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
 // StandinFlag makes the test binary act as the stand-in agent.
@@ -174,10 +175,13 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	}
 	runner, err := agent.New(acfg)
 	require.NoError(t, err)
+	// Workspaces on the worker's store; file:// allowed, for repositories made in the test.
+	ws, err := workspace.New(workspace.Config{Store: store, AllowFile: true, Logger: &f.Logger})
+	require.NoError(t, err)
 	cfg := worker.Config{
 		NC: nc, Names: f.Names, Slots: o.Slots, Providers: map[string]sandbox.Provider{"local": local},
 		Runner: runner, Journal: jl, ShutdownGrace: o.Grace, Logger: &f.Logger,
-		ConsumerRetry: 50 * time.Millisecond,
+		ConsumerRetry: 50 * time.Millisecond, Workspaces: ws,
 	}
 	if o.Mod != nil {
 		o.Mod(&cfg)

@@ -31,6 +31,18 @@
 //	hang=1       after the result, never exit (until killed)
 //	env=NAME     write one assistant line with the value of $NAME ("" if unset)
 //	stamp=1      each extra line carries its write time as "t=<unix ns>"
+//
+// File directives act on the working directory (a workspace checkout), in
+// the order given, before the first extra line; each reports what it did in
+// one assistant line:
+//
+//	append=PATH  append the line "stand-in edit" to PATH (created with its directories)
+//	rm=PATH      delete PATH
+//	binary=PATH  write a small binary file (NUL bytes) at PATH
+//	many=N       write N files many/NNNN.txt
+//	commit=MSG   git add -A and commit as "stand-in <standin@agentfleet.invalid>" (MSG: '_' for ' ')
+//	cat=PATH     one assistant line with PATH's content
+//	dumpenv=1    one assistant line with the whole environment
 package standin
 
 import (
@@ -42,6 +54,8 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -92,7 +106,11 @@ type directives struct {
 	noResult, isError, hang, stamp          bool
 	env                                     string
 	exitSet                                 bool
+	files                                   []fileOp
 }
+
+// fileOp is one file directive.
+type fileOp struct{ op, arg string }
 
 func parseDirectives(prompt string) (directives, error) {
 	d := directives{results: 1}
@@ -131,6 +149,8 @@ func parseDirectives(prompt string) (directives, error) {
 			d.stamp = v == "1"
 		case "env":
 			d.env = v
+		case "append", "rm", "binary", "many", "commit", "cat", "dumpenv":
+			d.files = append(d.files, fileOp{op: k, arg: v})
 		default:
 			// Unknown words are part of the prompt text; ignore them.
 		}
@@ -175,6 +195,10 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 	}
 	emitText(0, text)
 	flush()
+	for i, f := range d.files {
+		emitText(10+i, doFileOp(f))
+		flush()
+	}
 	if d.env != "" {
 		emitText(1, d.env+"="+os.Getenv(d.env))
 		flush()
@@ -315,4 +339,74 @@ func uuid() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// BinaryContent is what binary=PATH writes.
+var BinaryContent = []byte{0, 0, 0x89, 'P', 'N', 'G', 0, 1, 2, 3, 0, 0xff, 0xfe, 0}
+
+// doFileOp runs one file directive and says what happened.
+func doFileOp(f fileOp) string {
+	err := func() error {
+		switch f.op {
+		case "append":
+			if err := os.MkdirAll(filepath.Dir(f.arg), 0o755); err != nil {
+				return err
+			}
+			fh, err := os.OpenFile(f.arg, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err := fh.WriteString("stand-in edit\n"); err != nil {
+				fh.Close()
+				return err
+			}
+			return fh.Close()
+		case "rm":
+			return os.Remove(f.arg)
+		case "binary":
+			if err := os.MkdirAll(filepath.Dir(f.arg), 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(f.arg, BinaryContent, 0o644)
+		case "many":
+			n, err := strconv.Atoi(f.arg)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll("many", 0o755); err != nil {
+				return err
+			}
+			for i := range n {
+				if err := os.WriteFile(fmt.Sprintf("many/%04d.txt", i), []byte(fmt.Sprintf("file %d\nstand-in\n", i)), 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		case "commit":
+			for _, argv := range [][]string{
+				{"git", "add", "-A"},
+				{"git", "-c", "user.name=stand-in", "-c", "user.email=standin@agentfleet.invalid", "commit", "-q", "-m", strings.ReplaceAll(f.arg, "_", " ")},
+			} {
+				if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+					return fmt.Errorf("%v: %w: %s", argv, err, out)
+				}
+			}
+			return nil
+		case "cat":
+			b, err := os.ReadFile(f.arg)
+			if err != nil {
+				return err
+			}
+			f.arg += ":\n" + string(b)
+			return nil
+		case "dumpenv":
+			f.arg = strings.Join(os.Environ(), "\n")
+			return nil
+		}
+		return nil
+	}()
+	if err != nil {
+		return "[stand-in agent] " + f.op + " " + f.arg + ": " + err.Error()
+	}
+	return "[stand-in agent] " + f.op + " " + f.arg
 }

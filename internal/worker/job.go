@@ -167,6 +167,9 @@ type query struct {
 	attempt int
 	log     zerolog.Logger
 	fenced  atomic.Bool
+	// artifact and wsStatus are a workspace job's capture (workspace.go).
+	artifact *protocol.Artifact
+	wsStatus *protocol.WorkspaceStatus
 	// runEnded frees the worker slot once the agent has exited.
 	runEnded func()
 }
@@ -239,7 +242,9 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	} else {
 		// Not waited for: it goes out on the same connection ahead of
 		// everything that follows, and a failure is only logged.
-		q.statusAsync(protocol.StatusEvent{State: protocol.StateRunning})
+		if job.Workspace == nil { // else "running" follows the checkout, with its start_sha
+			q.statusAsync(protocol.StatusEvent{State: protocol.StateRunning})
+		}
 		out, runErr = q.execute(runCtx, provider, env, emit)
 	}
 	q.runEnded()
@@ -281,6 +286,8 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	ev := terminalStatus(out)
 	ev.Result.Lines = out.Lines
 	ev.Result.LastSeq = rel.seq
+	ev.Workspace = q.wsStatus
+	q.publishArtifact(fctx)
 	// The terminal status and the ack are pipelined: the server handles
 	// them in order on this connection, so the status is stored before the
 	// ack; a status that failed is published again after.
@@ -417,7 +424,7 @@ func (q *query) subscribe(cancelRun context.CancelCauseFunc) ([]*nats.Subscripti
 }
 
 // execute creates the sandbox and runs the agent in it.
-func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[string]string, emit agent.EmitFunc) (agent.Outcome, error) {
+func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[string]string, emit agent.EmitFunc) (out agent.Outcome, err error) {
 	w, job := q.w, q.job
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	sb, err := provider.Create(cctx, sandbox.Spec{ID: sandboxID(job, q.attempt)})
@@ -447,6 +454,19 @@ func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[
 			}
 		})
 	}()
+	if job.Workspace != nil {
+		if _, failed := sb.(failedSandbox); !failed {
+			base, early, ok, cerr := q.checkout(ctx, sb, emit)
+			if !ok {
+				return early, cerr
+			}
+			defer func() {
+				if !q.fenced.Load() && !out.HandedBack && (err == nil || out.Result != nil) {
+					q.capture(ctx, sb, base)
+				}
+			}()
+		}
+	}
 	if hook := w.cfg.Test.RunStarted; hook != nil {
 		hook(job.Tenant, job.ID, q.attempt)
 	}
@@ -465,19 +485,7 @@ func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[
 // cancelledBeforeStart ends a query whose cancel arrived while it was queued:
 // the agent never starts; the stream still ends with a (synthetic) result.
 func (q *query) cancelledBeforeStart(emit agent.EmitFunc) (agent.Outcome, error) {
-	line := protocol.SyntheticResult(protocol.SyntheticInput{
-		Reason:  protocol.ReasonCancelled,
-		Message: "worker: the query was cancelled before it started",
-	})
-	msg := protocol.ParseMessage(line)
-	res, err := msg.AsResult()
-	if err != nil {
-		return agent.Outcome{}, err
-	}
-	if err := emit(agent.Line{Raw: line, Msg: msg, Synthetic: true}); err != nil {
-		return agent.Outcome{}, err
-	}
-	return agent.Outcome{Result: res, Synthetic: true, Reason: protocol.ReasonCancelled, Lines: 1}, nil
+	return q.syntheticEnd(emit, protocol.ReasonCancelled, "worker: the query was cancelled before it started")
 }
 
 // retry hands the job back with a delay after an infrastructure failure.
@@ -555,6 +563,8 @@ func terminalStatus(out agent.Outcome) protocol.StatusEvent {
 		code = protocol.CodeSpawnFailed
 	case protocol.ReasonOutputTooLarge:
 		code = protocol.CodeOutputTooLarge
+	case protocol.ReasonWorkspaceCheckout:
+		code = protocol.CodeWorkspaceCheckout
 	}
 	msg := "the agent reported an error"
 	if len(r.Errors) > 0 {

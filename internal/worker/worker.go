@@ -49,6 +49,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
 // Config configures a Worker.
@@ -70,6 +71,9 @@ type Config struct {
 	Runner *agent.Runner
 	// Journal keeps every line before it is published. Required.
 	Journal *journal.Journal
+	// Workspaces checks out and captures the repositories of jobs with a
+	// workspace (SPEC 8). Nil fails such jobs with workspace_checkout.
+	Workspaces *workspace.Workspaces
 	// EnvAllow lists the names a job's options.env may set. Defaults to none.
 	EnvAllow []string
 	// ShutdownGrace is how long running jobs may finish on Stop before they

@@ -26,6 +26,10 @@ const (
 // than the worker allows. Never retried.
 const CodeWorkspaceCheckout = "workspace_checkout"
 
+// ReasonWorkspaceCheckout is the synthetic result reason of a job whose
+// workspace could not be checked out (the agent never started).
+const ReasonWorkspaceCheckout = "workspace_checkout"
+
 // Workspace is a job's optional git repository (SPEC 8): the agent runs in a
 // checkout of Repo at Ref, and its work comes back as a diff and a bundle.
 type Workspace struct {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -114,6 +115,9 @@ type Server struct {
 	User, Token string
 	// Requests counts the requests that reached git (auth passed).
 	Requests func() int
+	// FailNext makes that many coming requests fail with 503 (a transient
+	// server fault).
+	FailNext atomic.Int32
 }
 
 // Serve serves root (a directory of bare repositories) until the test ends.
@@ -128,7 +132,13 @@ func Serve(tb testing.TB, root, user, token string) *Server {
 	}
 	ch := make(chan int, 1)
 	ch <- 0
+	s := &Server{User: user, Token: token}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.FailNext.Add(-1) >= 0 {
+			http.Error(w, "injected fault", http.StatusServiceUnavailable)
+			return
+		}
+		s.FailNext.Store(0)
 		u, p, ok := r.BasicAuth()
 		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(user)) != 1 || subtle.ConstantTimeCompare([]byte(p), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
@@ -143,9 +153,11 @@ func Serve(tb testing.TB, root, user, token string) *Server {
 	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Close() })
-	return &Server{URL: "http://" + ln.Addr().String(), User: user, Token: token, Requests: func() int {
+	s.URL = "http://" + ln.Addr().String()
+	s.Requests = func() int {
 		v := <-ch
 		ch <- v
 		return v
-	}}
+	}
+	return s
 }

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/workspace"
+	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
+)
+
+// agentWork is the stand-in's version of workspacetest.DoAgentWork: a commit
+// of its own, then an edit, a deletion, untracked text and binary files and
+// an ignored file.
+const agentWork = "/standin append=src/b.go commit=agent_add_B append=src/a.go rm=del.txt " +
+	"append=notes/new.txt binary=img/pixel.bin append=build/out.o"
+
+func submitWorkspaceJob(t *testing.T, f *fleettest.Fleet, id, prompt string, ws protocol.Workspace) {
+	t.Helper()
+	b, err := json.Marshal(protocol.Job{ID: id, Prompt: prompt, Workspace: &ws})
+	require.NoError(t, err)
+	f.PublishJob("default", b, map[string]string{protocol.HeaderMsgID: id})
+}
+
+// artifactOf reads the manifest published on the query's .artifact subject.
+func artifactOf(t *testing.T, f *fleettest.Fleet, id string) protocol.Artifact {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(ctx, f.Names.QueryArtifact("default", id))
+	require.NoError(t, err)
+	var a protocol.Artifact
+	require.NoError(t, json.Unmarshal(m.Data, &a))
+	return a
+}
+
+func TestWorkspaceRunEndToEnd(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	repo := workspacetest.NewRepo(t, t.TempDir())
+
+	submitWorkspaceJob(t, f, "ws-1", agentWork+" cat=src/a.go", protocol.Workspace{Repo: repo.URL, Push: true})
+	r := f.Follow("default", "ws-1", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	for _, l := range r.Lines {
+		require.NotContains(t, string(l.Data), ": no such file", "a file directive failed: %s", l.Data)
+	}
+	running := slices.IndexFunc(r.Statuses, func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRunning })
+	require.GreaterOrEqual(t, running, 0)
+	require.Equal(t, repo.Main, r.Statuses[running].Workspace.StartSHA, "running carries start_sha")
+	// The agent ran at the repository root, in a checkout of main.
+	require.Contains(t, string(r.Lines[len(r.Lines)-2].Data), "func A() int { return 1 }")
+
+	art := artifactOf(t, f, "ws-1")
+	workspacetest.VerifyArtifact(t, context.Background(), f.Objects, repo, art, "default", "ws-1")
+	require.True(t, art.Pushed, art.PushError)
+	require.Equal(t, art.EndSHA, workspacetest.Git(t, repo.Bare, "rev-parse", "refs/heads/fleet/default/ws-1"))
+	ws := r.Final.Workspace
+	require.NotNil(t, ws)
+	require.Equal(t, protocol.WorkspaceStatus{StartSHA: repo.Main, EndSHA: art.EndSHA, Branch: "fleet/default/ws-1",
+		FilesChanged: 5, Additions: art.Additions, Deletions: art.Deletions, Pushed: true}, *ws)
+	require.Equal(t, "stand-in <standin@agentfleet.invalid>",
+		workspacetest.Git(t, repo.Bare, "log", "-1", "--format=%an <%ae>", art.EndSHA+"^"), "the agent's own commit is kept")
+}
+
+func TestWorkspaceCancelMidRunStillCaptures(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 1)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}}).W)
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	submitWorkspaceJob(t, f, "ws-cancel", "/standin append=half-done.txt lines=1 sleep=1h", protocol.Workspace{Repo: repo.URL, Ref: "feature"})
+	<-started
+	// Wait until the agent has written its file (its report line is out), then cancel.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	seen := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, _ = f.Client.Follow(ctx, "default", "ws-cancel", true, fleetcli.Follower{Line: func(l fleetcli.Line) {
+			if strings.Contains(string(l.Data), "append half-done.txt") {
+				once.Do(func() { close(seen) })
+			}
+		}})
+	}()
+	<-seen
+	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "ws-cancel"), []byte(`{"op":"cancel"}`)))
+	r := f.Follow("default", "ws-cancel", wait)
+	require.Equal(t, protocol.StateCancelled, r.Final.State)
+	require.NotNil(t, r.Final.Workspace)
+	require.Equal(t, 1, r.Final.Workspace.FilesChanged)
+	art := artifactOf(t, f, "ws-cancel")
+	require.Equal(t, repo.Feature, art.StartSHA)
+	require.Equal(t, []protocol.ArtifactFile{{Path: "half-done.txt", Status: protocol.FileAdded, Additions: 1}}, art.Files)
+	diff, err := f.Objects.Get(context.Background(), storage.DiffKey("default", "ws-cancel"))
+	require.NoError(t, err)
+	require.Contains(t, string(diff), "+stand-in edit")
+}
+
+func TestWorkspaceMissingRefFailsOnceWithoutRunningTheAgent(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 4)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}}).W)
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	submitWorkspaceJob(t, f, "ws-missing", "never runs", protocol.Workspace{Repo: repo.URL, Ref: "no-such-branch"})
+	r := f.Follow("default", "ws-missing", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Equal(t, 1, r.Final.Attempt, "not retried")
+	require.Equal(t, protocol.CodeWorkspaceCheckout, r.Final.Error.Code)
+	require.Contains(t, r.Final.Error.Message, repo.URL)
+	require.Contains(t, r.Final.Error.Message, "no-such-branch")
+	require.Len(t, r.Lines, 1, "only the synthetic result: the agent never started")
+	require.Empty(t, started)
+	require.False(t, slices.ContainsFunc(r.Statuses, func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRetrying }))
+}
+
+// TestWorkspaceCredentialsNeverReachTheAgent serves the repository over
+// HTTP behind basic auth that only the worker's token passes; the agent
+// dumps its environment and .git/config into the transcript, and neither
+// the transcript nor the stored diff and bundle hold the token.
+func TestWorkspaceCredentialsNeverReachTheAgent(t *testing.T) {
+	t.Parallel()
+	const user, token = "fleet-bot", "e2e-T0KEN-c0ffee"
+	tmp := t.TempDir()
+	repo := workspacetest.NewRepo(t, tmp)
+	srv := workspacetest.Serve(t, tmp, user, token)
+	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://"+user+":"+token+"@", 1)))
+	require.NoError(t, err)
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		ws, err := workspace.New(workspace.Config{Store: f.Objects, Credentials: creds})
+		require.NoError(t, err)
+		c.Workspaces = ws
+	}})
+	fleettest.WaitReady(t, w.W)
+	submitWorkspaceJob(t, f, "ws-cred", agentWork+" dumpenv=1 cat=.git/config", protocol.Workspace{Repo: srv.URL + "/origin.git", Push: true})
+	r := f.Follow("default", "ws-cred", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	require.True(t, r.Final.Workspace.Pushed, r.Final.Workspace.PushError)
+	require.Equal(t, r.Final.Workspace.EndSHA, workspacetest.Git(t, repo.Bare, "rev-parse", "refs/heads/fleet/default/ws-cred"))
+
+	secrets := []string{token, base64.StdEncoding.EncodeToString([]byte(user + ":" + token))}
+	transcript := string(f.Transcript(f.Objects, "default", "ws-cred"))
+	require.Contains(t, transcript, "PATH=", "the agent did dump its environment")
+	require.Contains(t, transcript, "[remote \\\"origin\\\"]", "the agent did read .git/config")
+	art := artifactOf(t, f, "ws-cred")
+	diff, err := f.Objects.Get(context.Background(), art.DiffKey)
+	require.NoError(t, err)
+	bundle, err := f.Objects.Get(context.Background(), art.BundleKey)
+	require.NoError(t, err)
+	for _, sec := range secrets {
+		require.NotContains(t, transcript, sec)
+		require.NotContains(t, string(diff), sec)
+		require.NotContains(t, string(bundle), sec)
+	}
+}
+
+// TestWorkspaceTransientFetchErrorIsRetried: the git server answers 503
+// once; the attempt is an infrastructure failure and the next one runs.
+func TestWorkspaceTransientFetchErrorIsRetried(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	repo := workspacetest.NewRepo(t, tmp)
+	srv := workspacetest.Serve(t, tmp, "u", "p")
+	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://u:p@", 1)))
+	require.NoError(t, err)
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		ws, err := workspace.New(workspace.Config{Store: f.Objects, Credentials: creds})
+		require.NoError(t, err)
+		c.Workspaces = ws
+	}})
+	fleettest.WaitReady(t, w.W)
+	srv.FailNext.Store(1)
+	submitWorkspaceJob(t, f, "ws-flaky", "/standin append=x.txt", protocol.Workspace{Repo: srv.URL + "/origin.git"})
+	r := f.Follow("default", "ws-flaky", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	require.Equal(t, 2, r.Final.Attempt)
+	i := slices.IndexFunc(r.Statuses, func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRetrying && ev.Error != nil })
+	require.GreaterOrEqual(t, i, 0, "the failed attempt says why")
+	require.Contains(t, r.Statuses[i].Error.Message, "workspace checkout")
+	require.Equal(t, repo.Main, r.Final.Workspace.StartSHA)
+}
