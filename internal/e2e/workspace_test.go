@@ -47,6 +47,17 @@ func artifactOf(t *testing.T, f *fleettest.Fleet, id string) protocol.Artifact {
 	return a
 }
 
+// fleetWithRunStarted is a fleet with one worker that reports each agent start.
+func fleetWithRunStarted(t *testing.T) (*fleettest.Fleet, chan string) {
+	t.Helper()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 4)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}}).W)
+	return f, started
+}
+
 func TestWorkspaceRunEndToEnd(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
@@ -80,11 +91,7 @@ func TestWorkspaceRunEndToEnd(t *testing.T) {
 
 func TestWorkspaceCancelMidRunStillCaptures(t *testing.T) {
 	t.Parallel()
-	f := fleettest.New(t, fleettest.Opts{})
-	started := make(chan string, 1)
-	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
-	}}).W)
+	f, started := fleetWithRunStarted(t)
 	repo := workspacetest.NewRepo(t, t.TempDir())
 	submitWorkspaceJob(t, f, "ws-cancel", "/standin append=half-done.txt lines=1 sleep=1h", protocol.Workspace{Repo: repo.URL, Ref: "feature"})
 	<-started
@@ -116,11 +123,7 @@ func TestWorkspaceCancelMidRunStillCaptures(t *testing.T) {
 
 func TestWorkspaceMissingRefFailsOnceWithoutRunningTheAgent(t *testing.T) {
 	t.Parallel()
-	f := fleettest.New(t, fleettest.Opts{})
-	started := make(chan string, 4)
-	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
-	}}).W)
+	f, started := fleetWithRunStarted(t)
 	repo := workspacetest.NewRepo(t, t.TempDir())
 	submitWorkspaceJob(t, f, "ws-missing", "never runs", protocol.Workspace{Repo: repo.URL, Ref: "no-such-branch"})
 	r := f.Follow("default", "ws-missing", wait)
