@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -203,4 +205,51 @@ func TestWorkspaceTransientFetchErrorIsRetried(t *testing.T) {
 	require.GreaterOrEqual(t, i, 0, "the failed attempt says why")
 	require.Contains(t, r.Statuses[i].Error.Message, "workspace checkout")
 	require.Equal(t, repo.Main, r.Final.Workspace.StartSHA)
+}
+
+// TestCLIWorkspace: submit --repo … --follow ends with the changed files,
+// and diff prints the stored diff (which applies to start_sha) or, with
+// --stat, the file list.
+func TestCLIWorkspace(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	url := f.Srv.ClientURL()
+	repo := workspacetest.NewRepo(t, t.TempDir())
+
+	code, out, errOut := runCLI(t, url, "", "submit", "--id", "cli-ws", "--follow", "--repo", repo.URL, "--push", "--depth", "0",
+		"/standin append=src/a.go rm=del.txt binary=img/pixel.bin")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	status := strings.Index(out, "[status] succeeded")
+	files := strings.Index(out, "[workspace] fleet/default/cli-ws · 3 files · +1 −1")
+	require.True(t, status >= 0 && files > status, "the file list ends the output:\n%s", out)
+	for _, want := range []string{"M src/a.go +1 −0", "D del.txt +0 −1", "A img/pixel.bin (binary)", "· pushed"} {
+		require.Contains(t, out[files:], want)
+	}
+
+	code, stat, errOut := runCLI(t, url, "", "diff", "cli-ws", "--stat")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Equal(t, out[files:], stat)
+
+	code, diff, errOut := runCLI(t, url, "", "diff", "cli-ws", "--storage", "file://"+filepath.Join(f.Dir, "data"))
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	dir := t.TempDir()
+	workspacetest.Git(t, dir, "clone", "-q", repo.URL, "c")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.patch"), []byte(diff), 0o644))
+	workspacetest.Git(t, filepath.Join(dir, "c"), "apply", "--index", "../p.patch")
+	require.Equal(t, workspacetest.Git(t, repo.Bare, "rev-parse", "fleet/default/cli-ws^{tree}"),
+		workspacetest.Git(t, filepath.Join(dir, "c"), "write-tree"))
+
+	// Usage errors name the flag; a query without a workspace has no diff.
+	code, _, errOut = runCLI(t, url, "", "submit", "--push", "hi")
+	require.Equal(t, fleetcli.ExitUsage, code)
+	require.Contains(t, errOut, "--push needs --repo")
+	code, _, errOut = runCLI(t, url, "", "submit", "--repo", "https://tok@h/r.git", "hi")
+	require.Equal(t, fleetcli.ExitRejected, code)
+	require.Contains(t, errOut, "workspace.repo")
+	require.NotContains(t, errOut, "tok@")
+	code, _, _ = runCLI(t, url, "", "submit", "--id", "plain", "--follow", "hi")
+	require.Equal(t, fleetcli.ExitOK, code)
+	code, _, errOut = runCLI(t, url, "", "diff", "plain")
+	require.Equal(t, fleetcli.ExitNotFound, code, errOut)
 }

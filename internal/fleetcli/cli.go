@@ -39,6 +39,10 @@ const Usage = `client commands:
   dispatcher status <id> [--tenant T]         print a query's status (JSON)
   dispatcher cancel <id> [--tenant T]         cancel a running or queued query
   dispatcher ls [--tenant T] [--state S]      recent queries
+  dispatcher diff <id> [--tenant T] [--stat]  a workspace job's stored diff (--stat: its changed files)
+
+submit --repo URL [--ref R] [--depth N] [--branch B] [--push] runs the agent in a
+checkout of a git repository; --follow then ends with the changed files.
 
 exit codes: 0 ok/succeeded, 1 query failed, 2 usage, 3 not found, 4 cancelled,
             5 unreachable/error, 6 job rejected, 7 not finished yet (status)
@@ -69,6 +73,9 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 		allowed, disallowed, meta            []string
 		state                                string
 		limit                                int
+		wsf                                  *workspaceFlags
+		stat                                 bool
+		storageURL                           string
 	)
 	switch cmd {
 	case "submit":
@@ -87,6 +94,10 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 		fs.IntVar(&timeoutS, "timeout-s", 0, "options.timeout_s (wall-clock limit of the run)")
 		fs.StringVar(&sandb, "sandbox", "", "sandbox provider: local or cloudflare")
 		fs.StringSliceVar(&meta, "meta", nil, "metadata key=value (repeatable)")
+		wsf = addWorkspaceFlags(fs)
+	case "diff":
+		fs.BoolVar(&stat, "stat", false, "print the changed files (from the manifest) instead of the diff")
+		fs.StringVar(&storageURL, "storage", "file://./data", "the fleet's storage URL, where the diff is (env FLEET_STORAGE)")
 	case "tail":
 		fs.BoolVar(&noFollow, "no-follow", false, "stop after the replay instead of following")
 	case "status":
@@ -163,6 +174,10 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 			}
 			job.Metadata[k] = v
 		}
+		if err := wsf.apply(&job); err != nil {
+			fmt.Fprintln(stdio.Err, err)
+			return ExitUsage
+		}
 		r, err := c.Submit(rctx, job)
 		if err != nil {
 			fmt.Fprintln(stdio.Err, err)
@@ -185,6 +200,12 @@ func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
 			return ExitUsage
 		}
 		return follower(ctx, c, *tenant, fs.Arg(0), !noFollow, *raw, p, stdio)
+	case "diff":
+		if fs.NArg() != 1 {
+			fmt.Fprintln(stdio.Err, "usage: dispatcher diff <id> [--tenant T] [--stat]")
+			return ExitUsage
+		}
+		return runDiff(rctx, c, *tenant, fs.Arg(0), stat, storageURL, p, stdio)
 	case "status", "cancel":
 		if fs.NArg() != 1 {
 			fmt.Fprintf(stdio.Err, "usage: dispatcher %s <id> [--tenant T]\n", cmd)
@@ -274,7 +295,9 @@ func (g *gatedWriter) shut() {
 }
 
 func follower(ctx context.Context, c *Client, tenant, id string, follow, raw bool, p *render.Printer, stdio IO) int {
+	var artifact *protocol.Artifact
 	f := Follower{
+		Artifact: func(a protocol.Artifact) { artifact = &a },
 		Line: func(l Line) {
 			if raw {
 				_, _ = stdio.Out.Write(append(append([]byte(nil), l.Data...), '\n'))
@@ -292,6 +315,9 @@ func follower(ctx context.Context, c *Client, tenant, id string, follow, raw boo
 	if err != nil {
 		fmt.Fprintln(stdio.Err, err)
 		return ExitUnavailable
+	}
+	if artifact != nil && !raw {
+		p.Artifact(*artifact) // the run's changed files end the output
 	}
 	return stateExit(final)
 }

@@ -94,6 +94,9 @@ type Follower struct {
 	Line func(Line)
 	// Status is called for each status event.
 	Status func(protocol.StatusEvent)
+	// Artifact is called for a workspace job's manifest (before its
+	// terminal status).
+	Artifact func(protocol.Artifact)
 }
 
 // Follow replays a query from its first message (an ordered consumer on
@@ -122,6 +125,7 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 	}
 	defer it.Stop()
 	msgSubj, statusSubj := c.Names.QueryMsg(tenant, id), c.Names.QueryStatus(tenant, id)
+	artifactSubj := c.Names.QueryArtifact(tenant, id)
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -136,6 +140,11 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 			att, _ := strconv.Atoi(m.Headers().Get(protocol.HeaderAttempt))
 			if f.Line != nil {
 				f.Line(Line{Seq: seq, Attempt: att, Data: m.Data()})
+			}
+		case artifactSubj:
+			var a protocol.Artifact
+			if f.Artifact != nil && json.Unmarshal(m.Data(), &a) == nil {
+				f.Artifact(a)
 			}
 		case statusSubj:
 			var ev protocol.StatusEvent
