@@ -77,16 +77,55 @@
 // if the operator lists it in EnvAllow.
 //
 // Each process is a child in its own process group, with Pdeathsig SIGKILL on
-// Linux so it dies with the worker. When the leader exits, whatever is left of
-// its group is killed, so no descendant outlives the run; Stop and Destroy
-// signal the whole group. WriteFile and ReadFile go through os.Root, so
-// absolute paths, ".." and symlinks leading out of the workspace give
-// ErrInvalid. Destroy also removes read-only trees an agent left behind.
+// Linux so it dies with the worker. Stop and Destroy signal the whole group.
+// WriteFile and ReadFile go through os.Root, so absolute paths, ".." and
+// symlinks leading out of the workspace give ErrInvalid. Destroy also removes
+// read-only trees an agent left behind.
+//
+// # Local: no process outlives its run
+//
+// When a process's leader exits (by itself, by Stop on cancel, timeout or
+// hand-back, or by Destroy), every process it started is killed, however it
+// detached: the rest of its process group, and also what left the group.
+// Claude Code's Bash tool runs its shell in a session of its own (setsid), so
+// a process-group kill alone never reaches a `sleep 300` it runs; a double
+// fork leaves a process with PPID 1. Wait returns, and stdout ends, only once
+// they are all gone. How Local finds them is LocalConfig.Containment:
+//
+//   - cgroup (the default where possible): each process starts inside a cgroup
+//     v2 group of its own (clone3 CLONE_INTO_CGROUP, so not even its first
+//     fork happens outside), a child of the worker's own group named
+//     agentfleet-<worker pid>/<n>-<sandbox>-<process>. Every descendant
+//     inherits it and cannot leave it without privileges; the run ends with
+//     cgroup.kill (Linux 5.14+; before that, SIGKILL to each member until the
+//     group is empty) and the group is removed. A worker that died with
+//     SIGKILL leaves its runs' groups behind: the next Local in a process on
+//     the same machine kills and removes the groups of dead workers. This needs
+//     a writable cgroup v2 hierarchy: root on a host or VM (also the hybrid
+//     layout, /sys/fs/cgroup/unified), a systemd unit with Delegate=yes, or a
+//     container given its own writable cgroup.
+//   - environ (the fallback, e.g. in an unprivileged container whose
+//     /sys/fs/cgroup is read-only): each process gets AGENTFLEET_RUN=<random
+//     token> in its environment, which every descendant inherits; the run ends
+//     by scanning /proc for processes whose environment holds the token and
+//     killing them (through a pidfd, so a recycled pid is never hit), pass
+//     after pass until none is left. A descendant that clears its environment
+//     and leaves the process group escapes it; Claude Code and the shells and
+//     tools it runs keep their environment. The agent can read the token; it
+//     is no secret and grants nothing.
+//   - group: only the process group (the behaviour where /proc does not exist).
+//
+// "auto" picks cgroup when the worker can create a group and move a process
+// into it, else environ, and logs why. A PID namespace (the agent as PID 1 of
+// its own namespace, killing everything in it when it exits) was not chosen:
+// it needs CAP_SYS_ADMIN just as cgroups do, and changes the agent's signal
+// semantics (PID 1 ignores a SIGTERM it has no handler for). Making the
+// worker a child subreaper was not chosen either: orphans would become the
+// worker's children, which it must then reap without stealing os/exec's
+// exit statuses, and it still could not tell which run an orphan came from.
 //
 // Local isolates environment, directories and process lifetime; it is not a
 // security boundary. Processes run as the worker's user and can read what
-// that user can; a descendant that leaves the process group (setsid) is not
-// killed, though Wait and stdout still end LocalConfig.WaitDelay after the
-// leader exits. Run untrusted agents under the Cloudflare provider or inside a
-// container.
+// that user can. Run untrusted agents under the Cloudflare provider or inside
+// a container.
 package sandbox

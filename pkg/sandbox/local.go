@@ -74,11 +74,20 @@ type LocalConfig struct {
 	// before the sandbox closes them itself. That only happens when some
 	// descendant left the group (setsid) and still holds them. Defaults to 2s.
 	WaitDelay time.Duration
+
+	// Containment chooses how the processes a run started that left its
+	// process group (setsid, double fork) are found and killed when the run
+	// ends: ContainCgroup, ContainEnviron, ContainGroup or ContainAuto
+	// (cgroup v2 where the worker may create groups, else the environment
+	// marker). ContainCgroup fails NewLocal where cgroups cannot be used.
+	// See the package documentation. Defaults to ContainAuto.
+	Containment string
 }
 
 func (c LocalConfig) withDefaults() LocalConfig {
 	c.KillGrace = cmp.Or(c.KillGrace, 5*time.Second)
 	c.WaitDelay = cmp.Or(c.WaitDelay, 2*time.Second)
+	c.Containment = cmp.Or(c.Containment, ContainAuto)
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -95,6 +104,12 @@ func (c LocalConfig) validate() error {
 	}
 	if c.WaitDelay < 0 {
 		return Invalidf("LocalConfig.WaitDelay must not be negative")
+	}
+	switch c.Containment {
+	case ContainAuto, ContainCgroup, ContainEnviron, ContainGroup:
+	default:
+		return Invalidf("LocalConfig.Containment %q must be one of %q, %q, %q, %q",
+			c.Containment, ContainAuto, ContainCgroup, ContainEnviron, ContainGroup)
 	}
 	for i, name := range c.EnvAllow {
 		if err := checkEnvName(name); err != nil {
@@ -119,9 +134,10 @@ func (c LocalConfig) validate() error {
 // and each process a child in its own process group. See the package
 // documentation for the environment policy and what Local does not isolate.
 type Local struct {
-	cfg  LocalConfig
-	root string // absolute, symlinks resolved
-	log  zerolog.Logger
+	cfg     LocalConfig
+	root    string // absolute, symlinks resolved
+	log     zerolog.Logger
+	contain containment
 
 	mu        sync.Mutex
 	sandboxes map[string]*localSandbox // live (not destroyed) sandboxes by ID
@@ -146,18 +162,34 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if root, err = filepath.EvalSymlinks(root); err != nil {
 		return nil, fmt.Errorf("sandbox: new local provider: %w", err)
 	}
+	contain, why, err := newContainment(cfg.Containment)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: new local provider: %w", err)
+	}
 	cfg.EnvAllow = slices.Clone(cfg.EnvAllow)
 	cfg.Env = maps.Clone(cfg.Env)
-	return &Local{
+	l := &Local{
 		cfg:       cfg,
 		root:      root,
 		log:       cfg.Logger.With().Str("component", "sandbox").Str("provider", "local").Logger(),
+		contain:   contain,
 		sandboxes: make(map[string]*localSandbox),
-	}, nil
+	}
+	if why != "" {
+		l.log.Info().Str("containment", contain.mode()).Str("cgroup_unavailable", why).
+			Msg("processes that leave their process group are found by their environment marker, not by a cgroup")
+	} else {
+		l.log.Debug().Str("containment", contain.mode()).Msg("process containment")
+	}
+	return l, nil
 }
 
 // Name returns "local".
 func (l *Local) Name() string { return "local" }
+
+// Containment returns the containment mode in use (ContainCgroup,
+// ContainEnviron or ContainGroup; never ContainAuto).
+func (l *Local) Containment() string { return l.contain.mode() }
 
 // Create creates the directory Root/<spec.ID> and its subdirectories, or
 // reuses them if they exist (a previous attempt's files are kept). Calling
@@ -451,31 +483,56 @@ func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]str
 	}
 	parentEnds, childEnds = append(parentEnds, stderrR), append(childEnds, stderrW)
 
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        slices.Clone(spec.Argv),
-		Env:         envList(env),
-		Dir:         cwd,
-		Stdout:      stdoutW,
-		Stderr:      stderrW,
-		SysProcAttr: sysProcAttr(),
-	}
-	var stdinW *os.File
+	var stdinR, stdinW *os.File
 	if len(spec.Stdin) > 0 || interactive {
-		stdinR, w, err := pipe()
-		if err != nil {
+		if stdinR, stdinW, err = pipe(); err != nil {
 			return nil, err
 		}
-		stdinW = w
 		parentEnds, childEnds = append(parentEnds, stdinW), append(childEnds, stdinR)
-		cmd.Stdin = stdinR
 	} // else the child's stdin is /dev/null
 
+	run, err := s.l.contain.newRun(s.id, spec.ID)
+	if err != nil {
+		closeAll(parentEnds)
+		closeAll(childEnds)
+		return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w", spec.ID, s.id, err)
+	}
+	newCmd := func() *exec.Cmd {
+		cmd := &exec.Cmd{
+			Path:        path,
+			Args:        slices.Clone(spec.Argv),
+			Env:         envList(env),
+			Dir:         cwd,
+			Stdout:      stdoutW,
+			Stderr:      stderrW,
+			SysProcAttr: sysProcAttr(),
+		}
+		if stdinR != nil {
+			cmd.Stdin = stdinR
+		}
+		run.prepare(cmd)
+		return cmd
+	}
+	cmd := newCmd()
 	err = cmd.Start()
+	if err != nil && run.startFailed(err) {
+		s.log.Debug().Err(err).Msg("starting the process inside its cgroup failed; moving it in after start from now on")
+		cmd = newCmd()
+		err = cmd.Start()
+	}
 	closeAll(childEnds)
 	if err != nil {
 		closeAll(parentEnds)
+		run.release()
 		return nil, &SpawnError{Sandbox: s.id, Process: spec.ID, Program: spec.Argv[0], Err: err}
+	}
+	if err := run.started(cmd.Process.Pid); err != nil {
+		// Uncontained, it could leave processes behind: do not run it.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		closeAll(parentEnds)
+		run.release()
+		return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w: %v", spec.ID, s.id, ErrUnavailable, err)
 	}
 
 	tailBytes := spec.StderrTailBytes
@@ -483,18 +540,20 @@ func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]str
 		tailBytes = defaultStderrTailBytes
 	}
 	p := &localProcess{
-		id:         spec.ID,
-		sandbox:    s.id,
-		cmd:        cmd,
-		pid:        cmd.Process.Pid,
-		waitDelay:  s.l.cfg.WaitDelay,
-		stderrR:    stderrR,
-		stdinW:     stdinW,
-		stderrCopy: spec.Stderr,
-		tail:       &tailBuffer{max: tailBytes},
-		done:       make(chan struct{}),
-		drained:    make(chan struct{}),
-		stdinDone:  make(chan struct{}),
+		id:          spec.ID,
+		sandbox:     s.id,
+		cmd:         cmd,
+		run:         run,
+		containMode: s.l.contain.mode(),
+		pid:         cmd.Process.Pid,
+		waitDelay:   s.l.cfg.WaitDelay,
+		stderrR:     stderrR,
+		stdinW:      stdinW,
+		stderrCopy:  spec.Stderr,
+		tail:        &tailBuffer{max: tailBytes},
+		done:        make(chan struct{}),
+		drained:     make(chan struct{}),
+		stdinDone:   make(chan struct{}),
 	}
 	p.log = s.log.With().Str("process", spec.ID).Int("pid", p.pid).Logger()
 	p.stdout = &procStdout{f: stdoutR, p: p}
@@ -702,6 +761,8 @@ func removeAll(dir string) error {
 type localProcess struct {
 	id, sandbox string
 	cmd         *exec.Cmd
+	run         containedRun // what else the process started, however detached
+	containMode string
 	pid         int // also the process group ID
 	log         zerolog.Logger
 	waitDelay   time.Duration
@@ -783,6 +844,14 @@ func (p *localProcess) waitLoop() {
 		werr = p.cmd.Wait()
 		p.markExited()
 	}
+	// The group is dead; now whatever left it (setsid, double fork).
+	if n, err := p.run.killAll(); err != nil {
+		p.log.Error().Err(err).Msg("processes the run started are still alive")
+	} else if n > 0 {
+		p.log.Info().Int("processes", n).Str("containment", p.containMode).
+			Msg("killed processes the run left behind outside its process group")
+	}
+	p.run.release()
 	p.leaderGone.Store(true)
 	deadline := time.Now().Add(p.waitDelay)
 	_ = p.stdout.f.SetReadDeadline(deadline)

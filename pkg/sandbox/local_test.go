@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
@@ -344,7 +345,9 @@ func TestLocalDuplicateProcessID(t *testing.T) {
 
 func TestLocalEscapedDescendantDoesNotHang(t *testing.T) {
 	t.Parallel()
-	b := setupLocal(t, sandbox.LocalConfig{WaitDelay: 100 * time.Millisecond})
+	// ContainGroup: only then can a descendant escape (see
+	// TestLocalKillsEscapedProcesses for the other modes).
+	b := setupLocal(t, sandbox.LocalConfig{WaitDelay: 100 * time.Millisecond, Containment: sandbox.ContainGroup})
 	sb := b.create(t, "escape", nil)
 	ctx := testCtx(t)
 	p, err := sb.Start(ctx, sandbox.ProcSpec{ID: "p", Argv: sandboxtest.ChildArgv("fork-detached gc.pid", "echo forked", "stderr 10", "exit 0")})
@@ -450,4 +453,97 @@ func FuzzLocalPaths(f *testing.F) {
 		slices.Sort(names)
 		require.Equal(t, []string{"outside", "root"}, names, "WriteFile(%q) wrote beside the root", p)
 	})
+}
+
+// TestLocalKillsEscapedProcesses checks that a process a run started that
+// left its process group and ignores SIGTERM (as Claude Code's Bash tool
+// does with setsid) dies when the run ends: by exiting, by Stop, or by
+// Destroy, in each containment mode this machine offers.
+func TestLocalKillsEscapedProcesses(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{sandbox.ContainCgroup, sandbox.ContainEnviron} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Containment: mode}); err != nil {
+				require.Equal(t, sandbox.ContainCgroup, mode, "environ mode works on every Linux")
+				t.Skipf("this machine offers no writable cgroup v2 hierarchy (the fallback, environ, is tested): %v", err)
+			}
+			for _, end := range []string{"exit", "stop", "destroy"} {
+				t.Run(end, func(t *testing.T) {
+					t.Parallel()
+					b := setupLocal(t, sandbox.LocalConfig{Containment: mode})
+					require.Equal(t, mode, b.local.Containment())
+					sb, err := b.local.Create(testCtx(t), sandbox.Spec{ID: "escape-" + end})
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
+					last := "sleep 1h"
+					if end == "exit" {
+						last = "exit 0"
+					}
+					p, err := sb.Start(testCtx(t), sandbox.ProcSpec{ID: "agent", Argv: sandboxtest.ChildArgv("escape gc.pid", "echo escaped", last)})
+					require.NoError(t, err)
+					br := bufio.NewReader(p.Stdout())
+					line, err := br.ReadString('\n')
+					require.NoError(t, err)
+					require.Equal(t, "escaped\n", line)
+					pid := readPID(t, sb, "gc.pid")
+					t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // only matters if the test failed
+					sid, err := unix.Getsid(pid)
+					require.NoError(t, err, "the escaped grandchild runs")
+					require.Equal(t, pid, sid, "the grandchild leads a session of its own, out of the run's process group")
+
+					switch end {
+					case "stop":
+						require.NoError(t, p.Stop(testCtx(t), guard))
+					case "destroy":
+						require.NoError(t, sb.Destroy(testCtx(t)))
+					}
+					st, err := p.Wait(testCtx(t))
+					require.NoError(t, err)
+					if end == "exit" {
+						require.Equal(t, 0, st.Code)
+					}
+					if end != "destroy" { // Destroy closes stdout
+						rest, err := io.ReadAll(br)
+						require.NoError(t, err, "stdout ends: nothing holds it open any more")
+						require.Empty(t, rest)
+					}
+					requireGone(t, pid)
+				})
+			}
+		})
+	}
+}
+
+func readPID(t *testing.T, sb sandbox.Sandbox, file string) int {
+	t.Helper()
+	b, err := sb.ReadFile(testCtx(t), file)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(string(b))
+	require.NoError(t, err)
+	return pid
+}
+
+// requireGone waits until pid is dead: gone, or a zombie waiting for init.
+func requireGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for !sandboxtest.ProcessGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still alive %s after the run ended", pid, guard)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLocalContainmentAuto(t *testing.T) {
+	t.Parallel()
+	b := setupLocal(t, sandbox.LocalConfig{})
+	want := sandbox.ContainEnviron
+	if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Containment: sandbox.ContainCgroup}); err == nil {
+		want = sandbox.ContainCgroup
+	}
+	require.Equal(t, want, b.local.Containment())
+	_, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Containment: "pidns"})
+	require.ErrorIs(t, err, sandbox.ErrInvalid)
 }

@@ -53,6 +53,12 @@ const childExitUsage = 125
 //	                         to file (relative to the working directory)
 //	fork-detached <file>     the same, but the grandchild calls setsid and so
 //	                         leaves the process group
+//	escape <file>            what Claude Code's Bash tool does, and worse: a
+//	                         double fork (through a child that exits at once)
+//	                         of a grandchild that calls setsid, ignores
+//	                         SIGTERM, shares stdout and stderr and sleeps an
+//	                         hour, its pid written to file; its parent is
+//	                         then init (or a subreaper)
 //	env                      print the environment as one JSON object line
 //	pwd                      print the working directory
 //	kill-self <SIGNAME>      send the signal (e.g. SIGKILL) to itself
@@ -168,7 +174,13 @@ func runStep(step string, extra []string) (code int, exit bool, err error) {
 	case "ignore-sigterm":
 		signal.Ignore(syscall.SIGTERM)
 	case "fork-grandchild", "fork-detached":
-		err = forkGrandchild(rest, cmd == "fork-detached")
+		err = forkGrandchild(rest, cmd == "fork-detached", "sleep 1h")
+	case "fork-stubborn": // the middle of "escape"
+		err = forkGrandchild(rest, true, "ignore-sigterm", "sleep 1h")
+	case "escape":
+		mid := exec.Command(executable(), ChildFlag, "fork-stubborn "+rest)
+		mid.Stdout, mid.Stderr = os.Stdout, os.Stderr
+		err = mid.Run()
 	case "env":
 		env := make(map[string]string)
 		for _, kv := range os.Environ() {
@@ -245,14 +257,14 @@ func writeLines(operands string) error {
 	return w.Flush()
 }
 
-// forkGrandchild starts this binary sleeping for an hour with the same
-// stdout and stderr, writes its pid to pidFile (atomically) and returns
-// without waiting for it.
-func forkGrandchild(pidFile string, detached bool) error {
+// forkGrandchild starts this binary running steps with the same stdout and
+// stderr, writes its pid to pidFile (atomically) and returns without waiting
+// for it.
+func forkGrandchild(pidFile string, detached bool, steps ...string) error {
 	if pidFile == "" {
 		return fmt.Errorf("want a pid file")
 	}
-	cmd := exec.Command(executable(), ChildFlag, "sleep 1h")
+	cmd := exec.Command(executable(), append([]string{ChildFlag}, steps...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if detached {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -253,10 +253,10 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 	}
 }
 
-// processGone reports whether pid no longer runs: it does not exist, or it
+// ProcessGone reports whether pid no longer runs: it does not exist, or it
 // is a zombie waiting for a reaper (a killed orphan under an init that does
 // not reap promptly).
-func processGone(pid int) bool {
+func ProcessGone(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}
@@ -286,7 +286,7 @@ func (s *suite) requireGrandchildGone(t *testing.T, sb sandbox.Sandbox, pidFile 
 		return
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // only matters if the test failed
-	eventually(t, func() bool { return processGone(pid) }, fmt.Sprintf("grandchild pid %d still alive", pid))
+	eventually(t, func() bool { return ProcessGone(pid) }, fmt.Sprintf("grandchild pid %d still alive", pid))
 }
 
 // lockedBuffer is an io.Writer safe for concurrent use.
@@ -647,7 +647,7 @@ func (s *suite) testDestroyStopsProcesses(t *testing.T) {
 		pid, err := strconv.Atoi(string(pidBytes))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-		eventually(t, func() bool { return processGone(pid) }, fmt.Sprintf("grandchild pid %d survived Destroy", pid))
+		eventually(t, func() bool { return ProcessGone(pid) }, fmt.Sprintf("grandchild pid %d survived Destroy", pid))
 	}
 }
 
