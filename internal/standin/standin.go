@@ -31,6 +31,9 @@
 //	hang=1       after the result, never exit (until killed)
 //	env=NAME     write one assistant line with the value of $NAME ("" if unset)
 //	stamp=1      each extra line carries its write time as "t=<unix ns>"
+//	escape=PATH  leave a process behind as Claude Code's Bash tool can: a
+//	             double-forked grandchild in a session of its own (setsid)
+//	             that ignores SIGTERM and sleeps an hour; its pid goes to PATH
 //
 // File directives act on the working directory (a workspace checkout), in
 // the order given, before the first extra line; each reports what it did in
@@ -55,9 +58,12 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -74,6 +80,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(a, "--standin-replay="); ok {
 			replay = v
+		}
+		if v, ok := strings.CutPrefix(a, escapeMidFlag); ok {
+			return escapeMid(selfArgs(args), v, stderr)
+		}
+		if a == escapeeFlag {
+			signal.Ignore(syscall.SIGTERM)
+			time.Sleep(time.Hour)
+			return 0
 		}
 	}
 	prompt, err := io.ReadAll(stdin)
@@ -97,6 +111,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stand-in agent:", err)
 		return 2
 	}
+	d.prefix = selfArgs(args)
 	return run(d, string(prompt), w, stderr)
 }
 
@@ -104,9 +119,10 @@ type directives struct {
 	lines, size, big, stderr, exit, results int
 	delay, sleep                            time.Duration
 	noResult, isError, hang, stamp          bool
-	env                                     string
+	env, escape                             string
 	exitSet                                 bool
 	files                                   []fileOp
+	prefix                                  []string // see selfArgs
 }
 
 // fileOp is one file directive.
@@ -151,6 +167,8 @@ func parseDirectives(prompt string) (directives, error) {
 			d.env = v
 		case "append", "rm", "binary", "many", "commit", "cat", "dumpenv":
 			d.files = append(d.files, fileOp{op: k, arg: v})
+		case "escape":
+			d.escape = v
 		default:
 			// Unknown words are part of the prompt text; ignore them.
 		}
@@ -198,6 +216,12 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 	for i, f := range d.files {
 		emitText(10+i, doFileOp(f))
 		flush()
+	}
+	if d.escape != "" {
+		if err := escape(d.prefix, d.escape); err != nil {
+			fmt.Fprintln(stderr, "stand-in agent: escape:", err)
+			return 2
+		}
 	}
 	if d.env != "" {
 		emitText(1, d.env+"="+os.Getenv(d.env))
@@ -409,4 +433,61 @@ func doFileOp(f fileOp) string {
 		return "[stand-in agent] " + f.op + " " + f.arg + ": " + err.Error()
 	}
 	return "[stand-in agent] " + f.op + " " + f.arg
+}
+
+// Flags of the re-executed stand-in for the escape directive.
+const (
+	escapeMidFlag = "--standin-escape-mid="
+	escapeeFlag   = "--standin-escapee"
+)
+
+// escape does what Claude Code's Bash tool does with a background command,
+// and worse: it starts a copy of this program that starts the escapee in a
+// session of its own (setsid) and exits at once (a double fork), so the
+// escapee, which ignores SIGTERM and sleeps an hour holding stdout and
+// stderr, has PPID 1 and is out of the agent's process group. Its pid is
+// written to pidFile.
+func escape(prefix []string, pidFile string) error {
+	cmd := exec.Command(self(), append(prefix, escapeMidFlag+pidFile)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd.Run()
+}
+
+func escapeMid(prefix []string, pidFile string, stderr io.Writer) int {
+	cmd := exec.Command(self(), append(prefix, escapeeFlag)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(stderr, "stand-in agent: escape:", err)
+		return 2
+	}
+	tmp := pidFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		fmt.Fprintln(stderr, "stand-in agent: escape:", err)
+		return 2
+	}
+	if err := os.Rename(tmp, pidFile); err != nil {
+		fmt.Fprintln(stderr, "stand-in agent: escape:", err)
+		return 2
+	}
+	return 0
+}
+
+func self() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return exe
+}
+
+// selfArgs returns the arguments before args in os.Args: what makes this
+// binary the stand-in again (a test binary's mode flag; none for
+// fleet-standin-agent). Main's callers pass a suffix of os.Args as args.
+func selfArgs(args []string) []string {
+	n := len(os.Args) - 1 - len(args)
+	if n <= 0 {
+		return nil
+	}
+	return slices.Clone(os.Args[1 : 1+n])
 }

@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
+)
+
+// TestCancelAndTimeoutKillWhatTheAgentLeftBehind runs jobs whose agent
+// leaves a process as Claude Code's Bash tool can (setsid, double fork,
+// SIGTERM ignored) and ends them by cancel and by timeout: the process must
+// be gone too (issue 8.4).
+func TestCancelAndTimeoutKillWhatTheAgentLeftBehind(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2})
+	fleettest.WaitReady(t, w.W)
+	dir := t.TempDir()
+
+	for _, tc := range []struct {
+		id     string
+		state  protocol.State
+		reason string
+	}{
+		{"escape-cancel", protocol.StateCancelled, protocol.ReasonCancelled},
+		{"escape-timeout", protocol.StateFailed, protocol.ReasonTimeout},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			t.Parallel()
+			pidFile := filepath.Join(dir, tc.id+".pid")
+			job := protocol.Job{ID: tc.id, Prompt: "/standin escape=" + pidFile + " sleep=1h"}
+			if tc.state == protocol.StateFailed {
+				timeout := 2
+				job.Options.TimeoutS = &timeout
+			}
+			b, err := json.Marshal(job)
+			require.NoError(t, err)
+			f.PublishJob("default", b, map[string]string{protocol.HeaderMsgID: tc.id})
+
+			var pid int
+			fleettest.Eventually(t, wait, func() bool {
+				b, err := os.ReadFile(pidFile)
+				if err == nil {
+					pid, err = strconv.Atoi(string(b))
+				}
+				return err == nil
+			}, "the agent's escaped grandchild")
+			t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) }) // only matters if the test failed
+			sid, err := unix.Getsid(pid)
+			require.NoError(t, err, "the escaped grandchild runs")
+			require.Equal(t, pid, sid, "it leads a session of its own, out of the agent's process group")
+
+			if tc.state == protocol.StateCancelled {
+				require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", tc.id), []byte(`{"op":"cancel"}`)))
+			}
+			r := f.Follow("default", tc.id, wait)
+			require.Equal(t, tc.state, r.Final.State)
+			res, err := protocol.ParseMessage(r.Lines[len(r.Lines)-1].Data).AsResult()
+			require.NoError(t, err)
+			require.Equal(t, tc.reason, res.XFleet.Reason)
+			fleettest.Eventually(t, wait, func() bool { return sandboxtest.ProcessGone(pid) },
+				"the escaped grandchild is gone after the "+tc.reason)
+		})
+	}
+}
