@@ -1,10 +1,10 @@
 // Command dispatcher is the fleet's control service (`dispatcher serve`)
-// and its command line for people (submit, tail, status, cancel, ls).
+// and its command line for people (submit, tail, status, cancel, ls,
+// version); `dispatcher --help` lists them.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,15 +13,14 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Fprintf(os.Stderr, "usage: dispatcher serve [flags]\n\n%s", fleetcli.Usage)
-		os.Exit(fleetcli.ExitUsage)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	stdio := fleetcli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
-	if os.Args[1] == "serve" {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
 		os.Exit(serve(ctx, stop, os.Args[2:], stdio))
 	}
-	os.Exit(fleetcli.Run(ctx, os.Args[1], os.Args[2:], stdio))
+	ctx, stop := fleetcli.SignalContext(context.Background())
+	code := fleetcli.Run(ctx, os.Args[1:], stdio)
+	stop()
+	os.Exit(code)
 }

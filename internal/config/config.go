@@ -111,6 +111,11 @@ func Connect(c Common, name string, log zerolog.Logger, extra ...nats.Option) (*
 		nats.RetryOnFailedConnect(true),
 		nats.PingInterval(20 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				// Our own Close: not worth a warning.
+				log.Debug().Msg("NATS connection closed")
+				return
+			}
 			log.Warn().Err(err).Msg("NATS disconnected")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -20,7 +20,7 @@ func runCLI(t *testing.T, url string, stdin string, args ...string) (int, string
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	code := fleetcli.Run(ctx, args[0], append(args[1:], "--nats-url", url), fleetcli.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb})
+	code := fleetcli.Run(ctx, append(args, "--nats-url", url), fleetcli.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb})
 	return code, out.String(), errb.String()
 }
 

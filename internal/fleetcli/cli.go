@@ -2,21 +2,23 @@ package fleetcli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet/internal/config"
-	"github.com/agentfleet/agentfleet/internal/render"
+	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -30,23 +32,48 @@ const (
 	ExitUnavailable = 5 // NATS or the dispatcher unreachable, or another error
 	ExitRejected    = 6 // the job was rejected as invalid
 	ExitRunning     = 7 // status: the query has not ended yet
+	// ExitSignal + N: stopped by signal N (130 SIGINT, 143 SIGTERM); the
+	// query keeps running.
+	ExitSignal = 128
 )
 
-// Usage is the client commands' help.
-const Usage = `client commands:
-  dispatcher submit [flags] [prompt words…]   submit a job (prompt from words, --file, or stdin)
-  dispatcher tail <id> [--tenant T] [--raw]   replay a query from its first message, then follow it
-  dispatcher status <id> [--tenant T]         print a query's status (JSON)
-  dispatcher cancel <id> [--tenant T]         cancel a running or queued query
-  dispatcher ls [--tenant T] [--state S]      recent queries
-  dispatcher diff <id> [--tenant T] [--stat]  a workspace job's stored diff (--stat: its changed files)
+// commands are the client commands, in the order help lists them. A new
+// command is a new file and one line here.
+var commands = []func() Command{
+	func() Command { return &submitCmd{} },
+	func() Command { return &tailCmd{} },
+	func() Command { return &statusCmd{} },
+	func() Command { return &cancelCmd{} },
+	func() Command { return &lsCmd{} },
+	func() Command { return &diffCmd{} },
+	func() Command { return &versionCmd{} },
+}
 
-submit --repo URL [--ref R] [--depth N] [--branch B] [--push] runs the agent in a
-checkout of a git repository; --follow then ends with the changed files.
+// Command is one client command.
+type Command interface {
+	// Help describes the command for `dispatcher <name> --help`.
+	Help() Help
+	// Flags defines the command's own flags on fs.
+	Flags(fs *pflag.FlagSet)
+	// Validate checks the parsed flags and arguments; an error is a usage
+	// error (exit 2) and nothing has connected yet.
+	Validate(fs *pflag.FlagSet) error
+	// Run runs the command and returns its exit code.
+	Run(ctx context.Context, e *Env) int
+}
 
-exit codes: 0 ok/succeeded, 1 query failed, 2 usage, 3 not found, 4 cancelled,
-            5 unreachable/error, 6 job rejected, 7 not finished yet (status)
-`
+// Help is a command's help text.
+type Help struct {
+	Name string
+	// Args is the synopsis after the name, e.g. "<id>".
+	Args string
+	// Summary is one line for the command list.
+	Summary string
+	// Description is the paragraph of `<name> --help`.
+	Description string
+	// Examples are command lines, one per line (comments after #).
+	Examples string
+}
 
 // IO are a command's streams.
 type IO struct {
@@ -54,222 +81,168 @@ type IO struct {
 	Out, Err io.Writer
 }
 
-// Run runs client command cmd with args.
-func Run(ctx context.Context, cmd string, args []string, stdio IO) int {
-	fs := pflag.NewFlagSet("dispatcher "+cmd, pflag.ContinueOnError)
-	fs.SetOutput(stdio.Err)
-	var common config.Common
-	config.AddCommon(fs, &common, "client")
-	var (
-		tenant                               = fs.String("tenant", protocol.DefaultTenant, "tenant")
-		raw                                  = fs.Bool("raw", false, "print raw stream-json lines instead of rendering them")
-		verbose                              = fs.BoolP("verbose", "v", false, "also show message types that are not rendered")
-		timeout                              = fs.Duration("timeout", 10*time.Second, "how long to wait for the dispatcher's reply")
-		id, file, model, perm, resume, sandb string
-		sys, appendSys                       string
-		follow, noFollow, asJSON             bool
-		maxTurns, timeoutS                   int
-		budget                               float64
-		allowed, disallowed, meta            []string
-		state                                string
-		limit                                int
-		wsf                                  *workspaceFlags
-		stat                                 bool
-		storageURL                           string
-	)
-	switch cmd {
-	case "submit":
-		fs.StringVar(&id, "id", "", "query id (assigned when empty)")
-		fs.StringVarP(&file, "file", "f", "", "read the prompt from this file ('-' for stdin)")
-		fs.BoolVar(&follow, "follow", false, "render the run live until it ends; the exit code is the query's")
-		fs.StringVar(&model, "model", "", "options.model")
-		fs.IntVar(&maxTurns, "max-turns", 0, "options.max_turns")
-		fs.Float64Var(&budget, "max-budget-usd", 0, "options.max_budget_usd")
-		fs.StringVar(&perm, "permission-mode", "", "options.permission_mode")
-		fs.StringSliceVar(&allowed, "allowed-tools", nil, "options.allowed_tools")
-		fs.StringSliceVar(&disallowed, "disallowed-tools", nil, "options.disallowed_tools")
-		fs.StringVar(&sys, "system-prompt", "", "options.system_prompt")
-		fs.StringVar(&appendSys, "append-system-prompt", "", "options.append_system_prompt")
-		fs.StringVar(&resume, "resume", "", "options.resume (session id)")
-		fs.IntVar(&timeoutS, "timeout-s", 0, "options.timeout_s (wall-clock limit of the run)")
-		fs.StringVar(&sandb, "sandbox", "", "sandbox provider: local or cloudflare")
-		fs.StringSliceVar(&meta, "meta", nil, "metadata key=value (repeatable)")
-		wsf = addWorkspaceFlags(fs)
-	case "diff":
-		fs.BoolVar(&stat, "stat", false, "print the changed files (from the manifest) instead of the diff")
-		fs.StringVar(&storageURL, "storage", "file://./data", "the fleet's storage URL, where the diff is (env FLEET_STORAGE)")
-	case "tail":
-		fs.BoolVar(&noFollow, "no-follow", false, "stop after the replay instead of following")
-	case "status":
-		fs.BoolVar(&asJSON, "json", true, "print JSON")
-	case "ls":
-		fs.StringVar(&state, "state", "", "only queries in this state")
-		fs.IntVar(&limit, "limit", 50, "at most this many")
-	case "cancel":
-	default:
-		fmt.Fprintf(stdio.Err, "unknown command %q\n\n%s", cmd, Usage)
+// Env is what a running command gets: its streams, its logger, and the
+// fleet client (connected on first use).
+type Env struct {
+	IO
+	Common  config.Common
+	Timeout time.Duration
+	Log     zerolog.Logger
+
+	client *fleetapi.Client
+	nc     *nats.Conn
+	errw   *gatedWriter
+}
+
+// Client connects to NATS on first use. On failure it has printed why and
+// returns the exit code to use.
+func (e *Env) Client() (*fleetapi.Client, int) {
+	if e.client != nil {
+		return e.client, ExitOK
+	}
+	log := e.Log
+	nc, err := config.Connect(e.Common, "fleet-cli", log, nats.RetryOnFailedConnect(false), nats.MaxReconnects(3))
+	if err != nil {
+		fmt.Fprintf(e.Err, "cannot reach NATS at %s: %v\n", config.RedactURLs(e.Common.NATSURL), err)
+		return nil, ExitUnavailable
+	}
+	log.Debug().Str("url", nc.ConnectedUrlRedacted()).Msg("connected to NATS")
+	c, err := fleetapi.NewClient(nc, protocol.NewNames(e.Common.Prefix))
+	if err != nil {
+		nc.Close()
+		fmt.Fprintln(e.Err, err)
+		return nil, ExitUnavailable
+	}
+	e.nc, e.client = nc, c
+	return c, ExitOK
+}
+
+// Request is a context for one API request: ctx bounded by --timeout.
+func (e *Env) Request(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.Timeout)
+}
+
+func (e *Env) close() {
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	// NATS calls its handlers from its own goroutines, possibly after Run
+	// returned; they log through a writer that is shut now.
+	e.errw.shut()
+}
+
+// Usage is the dispatcher's top-level help.
+func Usage() string {
+	var b strings.Builder
+	b.WriteString("usage: dispatcher <command> [flags]\n\ncommands:\n")
+	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  serve [flags]\trun the dispatcher service (and with --http its dashboard)\n")
+	for _, mk := range commands {
+		h := mk().Help()
+		fmt.Fprintf(tw, "  %s %s\t%s\n", h.Name, h.Args, h.Summary)
+	}
+	_ = tw.Flush()
+	b.WriteString(`
+'dispatcher <command> --help' describes a command, its flags and examples.
+
+exit codes: 0 ok/succeeded, 1 query failed, 2 usage, 3 not found, 4 cancelled,
+            5 unreachable/error, 6 job rejected, 7 not finished yet (status),
+            128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM; the query keeps running)
+`)
+	return b.String()
+}
+
+func lookup(name string) Command {
+	for _, mk := range commands {
+		if c := mk(); c.Help().Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Run runs the client command args[0] with the rest of args.
+func Run(ctx context.Context, args []string, stdio IO) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdio.Err, Usage())
 		return ExitUsage
 	}
-	if err := config.Parse(fs, args); err != nil {
+	name := args[0]
+	switch name {
+	case "help", "-h", "--help":
+		if len(args) > 1 && lookup(args[1]) != nil {
+			return Run(ctx, []string{args[1], "--help"}, stdio)
+		}
+		fmt.Fprint(stdio.Out, Usage())
+		return ExitOK
+	case "--version":
+		name = "version"
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(stdio.Err, "unknown command %q\n\n%s", name, Usage())
+		return ExitUsage
+	}
+	h := cmd.Help()
+	own := pflag.NewFlagSet("dispatcher "+name, pflag.ContinueOnError)
+	cmd.Flags(own)
+	var (
+		common  config.Common
+		timeout time.Duration
+	)
+	shared := pflag.NewFlagSet("common", pflag.ContinueOnError)
+	config.AddCommon(shared, &common, "client")
+	// People read the CLI's own logs: console warnings unless asked.
+	shared.Lookup("log-format").DefValue, common.LogFormat = "console", "console"
+	shared.Lookup("log-level").DefValue, common.LogLevel = "warn", "warn"
+	shared.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the dispatcher's reply (env FLEET_TIMEOUT)")
+	fs := pflag.NewFlagSet("dispatcher "+name, pflag.ContinueOnError)
+	fs.AddFlagSet(own)
+	fs.AddFlagSet(shared)
+	fs.SetOutput(stdio.Err)
+	fs.Usage = func() { fmt.Fprint(stdio.Out, commandHelp(h, own, shared)) }
+	if err := config.Parse(fs, args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
-		fmt.Fprintln(stdio.Err, err)
+		fmt.Fprintf(stdio.Err, "dispatcher %s: %v\nsee 'dispatcher %s --help'\n", name, err, name)
 		return ExitUsage
 	}
-	// NATS calls its handlers from its own goroutines, possibly after Run
-	// returned; they log through a writer that is shut when Run returns.
+	err := cmd.Validate(fs)
+	if err == nil && timeout <= 0 {
+		err = errors.New("--timeout must be positive")
+	}
 	errw := &gatedWriter{w: stdio.Err}
-	defer errw.shut()
-	log, _ := config.Logger(config.Common{LogFormat: "console", LogLevel: "warn"}, errw)
-	nc, err := config.Connect(common, "fleet-cli", log, nats.RetryOnFailedConnect(false), nats.MaxReconnects(3))
-	if err != nil {
-		fmt.Fprintf(stdio.Err, "cannot reach NATS at %s: %v\n", config.RedactURLs(common.NATSURL), err)
-		return ExitUnavailable
+	log, lerr := config.Logger(common, errw)
+	if err == nil {
+		err = lerr
 	}
-	defer nc.Close()
-	c, err := NewClient(nc, protocol.NewNames(common.Prefix))
 	if err != nil {
-		fmt.Fprintln(stdio.Err, err)
-		return ExitUnavailable
+		fmt.Fprintf(stdio.Err, "dispatcher %s: %v\nsee 'dispatcher %s --help'\n", name, err, name)
+		return ExitUsage
 	}
-	p := &render.Printer{W: stdio.Out, Verbose: *verbose}
-	rctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	e := &Env{IO: stdio, Common: common, Timeout: timeout, Log: log, errw: errw}
+	defer e.close()
+	return cmd.Run(ctx, e)
+}
 
-	switch cmd {
-	case "submit":
-		prompt, err := readPrompt(fs.Args(), file, stdio.In)
-		if err != nil {
-			fmt.Fprintln(stdio.Err, err)
-			return ExitUsage
-		}
-		job := protocol.Job{ID: id, Prompt: prompt, Tenant: *tenant, Sandbox: sandb}
-		o := &job.Options
-		o.Model, o.PermissionMode, o.Resume = model, perm, resume
-		o.AllowedTools, o.DisallowedTools = allowed, disallowed
-		if fs.Changed("max-turns") {
-			o.MaxTurns = &maxTurns
-		}
-		if fs.Changed("max-budget-usd") {
-			o.MaxBudgetUSD = &budget
-		}
-		if fs.Changed("timeout-s") {
-			o.TimeoutS = &timeoutS
-		}
-		if fs.Changed("system-prompt") {
-			o.SystemPrompt = &sys
-		}
-		if fs.Changed("append-system-prompt") {
-			o.AppendSystemPrompt = &appendSys
-		}
-		for _, kv := range meta {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				fmt.Fprintf(stdio.Err, "--meta %q: want key=value\n", kv)
-				return ExitUsage
-			}
-			if job.Metadata == nil {
-				job.Metadata = map[string]string{}
-			}
-			job.Metadata[k] = v
-		}
-		if err := wsf.apply(&job); err != nil {
-			fmt.Fprintln(stdio.Err, err)
-			return ExitUsage
-		}
-		r, err := c.Submit(rctx, job)
-		if err != nil {
-			fmt.Fprintln(stdio.Err, err)
-			return ExitUnavailable
-		}
-		if r.Error != nil {
-			fmt.Fprintf(stdio.Err, "rejected: %s: %s\n", r.Error.Code, r.Error.Message)
-			return ExitRejected
-		}
-		if !follow {
-			fmt.Fprintln(stdio.Out, r.ID)
-			fmt.Fprintf(stdio.Err, "submitted %s/%s; follow it with: dispatcher tail %s --tenant %s\n", r.Tenant, r.ID, r.ID, r.Tenant)
-			return ExitOK
-		}
-		fmt.Fprintf(stdio.Err, "submitted %s/%s\n", r.Tenant, r.ID)
-		return follower(ctx, c, r.Tenant, r.ID, true, *raw, p, stdio)
-	case "tail":
-		if fs.NArg() != 1 {
-			fmt.Fprintln(stdio.Err, "usage: dispatcher tail <id> [--tenant T]")
-			return ExitUsage
-		}
-		return follower(ctx, c, *tenant, fs.Arg(0), !noFollow, *raw, p, stdio)
-	case "diff":
-		if fs.NArg() != 1 {
-			fmt.Fprintln(stdio.Err, "usage: dispatcher diff <id> [--tenant T] [--stat]")
-			return ExitUsage
-		}
-		return runDiff(rctx, c, *tenant, fs.Arg(0), stat, storageURL, p, stdio)
-	case "status", "cancel":
-		if fs.NArg() != 1 {
-			fmt.Fprintf(stdio.Err, "usage: dispatcher %s <id> [--tenant T]\n", cmd)
-			return ExitUsage
-		}
-		ref := protocol.QueryRef{ID: fs.Arg(0), Tenant: *tenant}
-		var r protocol.APIReply
-		if cmd == "status" {
-			r, err = c.Status(rctx, ref)
-		} else {
-			r, err = c.Cancel(rctx, ref)
-		}
-		if err != nil {
-			fmt.Fprintln(stdio.Err, err)
-			return ExitUnavailable
-		}
-		if r.Status != nil {
-			b, _ := json.MarshalIndent(r.Status, "", "  ")
-			fmt.Fprintln(stdio.Out, string(b))
-		}
-		if r.Error != nil {
-			fmt.Fprintf(stdio.Err, "%s: %s\n", r.Error.Code, r.Error.Message)
-			switch r.Error.Code {
-			case protocol.CodeNotFound:
-				return ExitNotFound
-			case "already_finished":
-				return ExitOK
-			case protocol.CodeInvalidJob:
-				return ExitUsage
-			}
-			return ExitUnavailable
-		}
-		if cmd == "cancel" {
-			fmt.Fprintf(stdio.Err, "cancel requested for %s/%s\n", ref.Tenant, ref.ID)
-			return ExitOK
-		}
-		return stateExit(r.Status)
-	case "ls":
-		req := protocol.ListRequest{State: protocol.State(state), Limit: limit}
-		if fs.Changed("tenant") {
-			req.Tenant = *tenant
-		}
-		r, err := c.List(rctx, req)
-		if err != nil {
-			fmt.Fprintln(stdio.Err, err)
-			return ExitUnavailable
-		}
-		if r.Error != nil {
-			fmt.Fprintf(stdio.Err, "%s: %s\n", r.Error.Code, r.Error.Message)
-			return ExitUnavailable
-		}
-		tw := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tID\tSTATE\tATTEMPT\tAT\tERROR")
-		for _, q := range r.Queries {
-			e := ""
-			if q.Error != nil {
-				e = q.Error.Code
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", q.Tenant, q.ID, q.State, q.Attempt, q.At.Local().Format(time.DateTime), e)
-		}
-		_ = tw.Flush()
-		return ExitOK
+func commandHelp(h Help, own, shared *pflag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: dispatcher %s [flags] %s\n\n%s\n", h.Name, h.Args, h.Summary)
+	if h.Description != "" {
+		fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(h.Description))
 	}
-	return ExitUsage
+	if u := own.FlagUsages(); u != "" {
+		fmt.Fprintf(&b, "\nflags:\n%s", u)
+	}
+	fmt.Fprintf(&b, "\ncommon flags (each also read from FLEET_<NAME>):\n%s", shared.FlagUsages())
+	if h.Examples != "" {
+		b.WriteString("\nexamples:\n")
+		for l := range strings.SplitSeq(strings.TrimSpace(h.Examples), "\n") {
+			fmt.Fprintf(&b, "  %s\n", strings.TrimSpace(l))
+		}
+	}
+	return b.String()
 }
 
 // gatedWriter forwards writes until shut, then drops them.
@@ -294,34 +267,75 @@ func (g *gatedWriter) shut() {
 	g.mu.Unlock()
 }
 
-func follower(ctx context.Context, c *Client, tenant, id string, follow, raw bool, p *render.Printer, stdio IO) int {
-	var artifact *protocol.Artifact
-	f := Follower{
-		Artifact: func(a protocol.Artifact) { artifact = &a },
-		Line: func(l Line) {
-			if raw {
-				_, _ = stdio.Out.Write(append(append([]byte(nil), l.Data...), '\n'))
-				return
-			}
-			p.Line(l.Data)
-		},
-		Status: func(ev protocol.StatusEvent) {
-			if !raw {
-				p.Status(ev)
-			}
-		},
+// SignalError is the cancel cause of a context ended by a signal.
+type SignalError struct{ Signal os.Signal }
+
+func (e SignalError) Error() string { return "interrupted by " + e.Signal.String() }
+
+// ExitCode is 128 + the signal's number.
+func (e SignalError) ExitCode() int {
+	if s, ok := e.Signal.(syscall.Signal); ok {
+		return ExitSignal + int(s)
 	}
-	final, err := c.Follow(ctx, tenant, id, follow, f)
-	if err != nil {
-		fmt.Fprintln(stdio.Err, err)
-		return ExitUnavailable
-	}
-	if artifact != nil && !raw {
-		p.Artifact(*artifact) // the run's changed files end the output
-	}
-	return stateExit(final)
+	return ExitSignal + int(syscall.SIGINT)
 }
 
+// SignalContext returns a context cancelled, with a SignalError cause, by
+// the first SIGINT or SIGTERM; stop releases the signals.
+func SignalContext(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			cancel(SignalError{Signal: s})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(context.Canceled)
+	}
+}
+
+// interrupted reports whether ctx ended (a signal, or the caller), and the
+// exit code for that.
+func interrupted(ctx context.Context) (int, bool) {
+	if ctx.Err() == nil {
+		return 0, false
+	}
+	var se SignalError
+	if errors.As(context.Cause(ctx), &se) {
+		return se.ExitCode(), true
+	}
+	return ExitSignal + int(syscall.SIGINT), true
+}
+
+// replyError prints an API error and maps its code to an exit code.
+func replyError(w io.Writer, e *protocol.ErrorInfo) int {
+	fmt.Fprintf(w, "%s: %s\n", e.Code, e.Message)
+	switch e.Code {
+	case protocol.CodeNotFound:
+		return ExitNotFound
+	case protocol.CodeInvalidJob:
+		return ExitUsage
+	}
+	return ExitUnavailable
+}
+
+// requestFailed prints a failed request and returns its exit code.
+func requestFailed(ctx context.Context, w io.Writer, err error) int {
+	if code, ok := interrupted(ctx); ok {
+		return code
+	}
+	fmt.Fprintln(w, err)
+	return ExitUnavailable
+}
+
+// stateExit is the exit code of a query's state.
 func stateExit(ev *protocol.StatusEvent) int {
 	if ev == nil {
 		return ExitRunning
@@ -341,20 +355,25 @@ func stateExit(ev *protocol.StatusEvent) int {
 	}
 }
 
-func readPrompt(words []string, file string, stdin io.Reader) (string, error) {
-	switch {
-	case file == "-" || (file == "" && len(words) == 0):
-		if f, ok := stdin.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				return "", errors.New("no prompt: give it as words, with --file, or on stdin")
-			}
-		}
-		b, err := io.ReadAll(io.LimitReader(stdin, protocol.MaxPromptBytes+1))
-		return string(b), err
-	case file != "":
-		b, err := os.ReadFile(file)
-		return string(b), err
-	default:
-		return strings.Join(words, " "), nil
+// addTenant defines --tenant.
+func addTenant(fs *pflag.FlagSet, tenant *string) {
+	fs.StringVarP(tenant, "tenant", "t", protocol.DefaultTenant, "the query's tenant")
+}
+
+// oneID validates the single <id> argument and the tenant.
+func oneID(fs *pflag.FlagSet, tenant string) error {
+	if fs.NArg() != 1 {
+		return fmt.Errorf("want exactly one query id, got %d arguments", fs.NArg())
 	}
+	if !protocol.ValidID(fs.Arg(0)) {
+		return fmt.Errorf("%q is not a query id (%s)", fs.Arg(0), protocol.IDPattern)
+	}
+	return validTenant(tenant)
+}
+
+func validTenant(tenant string) error {
+	if !protocol.ValidTenant(tenant) {
+		return fmt.Errorf("--tenant %q: must match %s", tenant, protocol.TenantPattern)
+	}
+	return nil
 }

@@ -2,13 +2,13 @@ package fleetcli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
+	"github.com/agentfleet/agentfleet/internal/render"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
@@ -50,54 +50,72 @@ func (w *workspaceFlags) apply(job *protocol.Job) error {
 	return nil
 }
 
-// Artifact returns the workspace manifest of a query, read from the
-// query's .artifact subject (kept by FLEET_QUERIES). It wraps
-// jetstream.ErrMsgNotFound when the query has none (yet).
-func (c *Client) Artifact(ctx context.Context, tenant, id string) (protocol.Artifact, error) {
-	st, err := c.JS.Stream(ctx, c.Names.QueriesStream())
-	if err != nil {
-		return protocol.Artifact{}, err
-	}
-	m, err := st.GetLastMsgForSubject(ctx, c.Names.QueryArtifact(tenant, id))
-	if err != nil {
-		return protocol.Artifact{}, err
-	}
-	var a protocol.Artifact
-	if err := json.Unmarshal(m.Data, &a); err != nil {
-		return protocol.Artifact{}, fmt.Errorf("fleet: artifact of %s/%s: %w", tenant, id, err)
-	}
-	return a, nil
+// diffCmd prints a workspace job's stored diff, or its changed files.
+type diffCmd struct {
+	tenant, storageURL, id string
+	stat                   bool
 }
 
-// runDiff is `dispatcher diff <id> [--stat]`: the file list from the
-// manifest, or the stored diff itself from storage.
-func runDiff(ctx context.Context, c *Client, tenant, id string, stat bool, storageURL string, p interface{ Artifact(protocol.Artifact) }, stdio IO) int {
-	a, err := c.Artifact(ctx, tenant, id)
+func (c *diffCmd) Help() Help {
+	return Help{
+		Name: "diff", Args: "<id>",
+		Summary: "a workspace job's stored diff (--stat: its changed files)",
+		Description: `Prints the diff a workspace job (submit --repo) captured, which applies to
+its start commit with 'git apply', reading it from the fleet's storage; with
+--stat it prints the changed files from the manifest on the query's
+.artifact subject instead (no storage needed). Exit 3 when the query has no
+workspace artifact (not a workspace job, or not ended yet).`,
+		Examples: `dispatcher diff q2 --stat
+dispatcher diff q2 --storage file://./data | git apply --index`,
+	}
+}
+
+func (c *diffCmd) Flags(fs *pflag.FlagSet) {
+	addTenant(fs, &c.tenant)
+	fs.BoolVar(&c.stat, "stat", false, "print the changed files (from the manifest) instead of the diff")
+	fs.StringVar(&c.storageURL, "storage", "file://./data", "the fleet's storage URL, where the diff is (env FLEET_STORAGE)")
+}
+
+func (c *diffCmd) Validate(fs *pflag.FlagSet) error {
+	if err := oneID(fs, c.tenant); err != nil {
+		return err
+	}
+	c.id = fs.Arg(0)
+	return nil
+}
+
+func (c *diffCmd) Run(ctx context.Context, e *Env) int {
+	cl, code := e.Client()
+	if cl == nil {
+		return code
+	}
+	rctx, cancel := e.Request(ctx)
+	defer cancel()
+	a, err := cl.Artifact(rctx, c.tenant, c.id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		fmt.Fprintf(stdio.Err, "%s/%s has no workspace artifact (not a workspace job, or not ended yet)\n", tenant, id)
+		fmt.Fprintf(e.Err, "%s/%s has no workspace artifact (not a workspace job, or not ended yet)\n", c.tenant, c.id)
 		return ExitNotFound
 	}
 	if err != nil {
-		fmt.Fprintln(stdio.Err, err)
-		return ExitUnavailable
+		return requestFailed(ctx, e.Err, err)
 	}
-	if stat {
-		p.Artifact(a)
+	if c.stat {
+		(&render.Printer{W: e.Out}).Artifact(a)
 		return ExitOK
 	}
-	store, err := backends.Open(ctx, storageURL, backends.Objects, backends.Deps{
-		JS: c.JS, StatusBucket: c.Names.StatusBucket(), ObjectBucket: c.Names.ObjectBucket(),
+	store, err := backends.Open(rctx, c.storageURL, backends.Objects, backends.Deps{
+		JS: cl.JS, StatusBucket: cl.Names.StatusBucket(), ObjectBucket: cl.Names.ObjectBucket(),
 	})
 	if err != nil {
-		fmt.Fprintln(stdio.Err, err)
+		fmt.Fprintln(e.Err, err)
 		return ExitUnavailable
 	}
 	defer store.Close()
-	diff, err := store.Get(ctx, a.DiffKey)
+	diff, err := store.Get(rctx, a.DiffKey)
 	if err != nil {
-		fmt.Fprintf(stdio.Err, "reading %s from --storage: %v\n", a.DiffKey, err)
+		fmt.Fprintf(e.Err, "reading %s from --storage: %v\n", a.DiffKey, err)
 		return ExitUnavailable
 	}
-	_, _ = stdio.Out.Write(diff)
+	_, _ = e.Out.Write(diff)
 	return ExitOK
 }

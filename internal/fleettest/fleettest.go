@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
-	"github.com/agentfleet/agentfleet/internal/fleetcli"
+	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/standin"
@@ -83,7 +83,7 @@ type Fleet struct {
 	Dir     string
 	Objects storage.Store
 	Disp    *dispatcher.Service
-	Client  *fleetcli.Client
+	Client  *fleetapi.Client
 	Logger  zerolog.Logger
 	connect func(t testing.TB, role string) *nats.Conn
 }
@@ -122,7 +122,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	defer cancel()
 	require.NoError(t, f.Disp.Start(ctx))
 	t.Cleanup(func() { _ = f.Disp.Stop(context.Background()) })
-	f.Client, err = fleetcli.NewClient(connect(t, "client"), f.Names)
+	f.Client, err = fleetapi.NewClient(connect(t, "client"), f.Names)
 	require.NoError(t, err)
 	return f
 }
@@ -243,7 +243,7 @@ func (f *Fleet) SubmitJSON(tenant, id, prompt string) {
 
 // Run is what a subscriber saw of one query.
 type Run struct {
-	Lines    []fleetcli.Line
+	Lines    []fleetapi.Line
 	Statuses []protocol.StatusEvent
 	Final    *protocol.StatusEvent
 }
@@ -255,8 +255,8 @@ func (f *Fleet) Follow(tenant, id string, timeout time.Duration) Run {
 	defer cancel()
 	var r Run
 	var mu sync.Mutex
-	final, err := f.Client.Follow(ctx, tenant, id, true, fleetcli.Follower{
-		Line: func(l fleetcli.Line) {
+	final, err := f.Client.Follow(ctx, tenant, id, true, fleetapi.Follower{
+		Line: func(l fleetapi.Line) {
 			mu.Lock()
 			l.Data = append([]byte(nil), l.Data...)
 			r.Lines = append(r.Lines, l)

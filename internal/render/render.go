@@ -1,7 +1,8 @@
 // Package render prints agent messages and status events for people:
 // assistant text, tool calls, tool results, then the result with cost, turns
 // and duration. It reads only what it shows and never fails on a message it
-// does not know (unknown types are skipped unless Verbose).
+// does not know (unknown types are skipped unless Verbose). With Color it
+// marks results, tool calls, errors and status lines with ANSI colours.
 package render
 
 import (
@@ -19,6 +20,25 @@ type Printer struct {
 	W io.Writer
 	// Verbose also prints message types it does not render specially.
 	Verbose bool
+	// Color adds ANSI colours (the caller decides: a terminal, NO_COLOR).
+	Color bool
+}
+
+// ANSI SGR codes.
+const (
+	red    = "31"
+	green  = "32"
+	yellow = "33"
+	cyan   = "36"
+	dim    = "2"
+)
+
+// paint wraps s in colour c when p.Color.
+func (p *Printer) paint(c, s string) string {
+	if !p.Color {
+		return s
+	}
+	return "\x1b[" + c + "m" + s + "\x1b[0m"
 }
 
 type block struct {
@@ -74,9 +94,9 @@ func (p *Printer) Line(line []byte) {
 			case "text":
 				fmt.Fprintf(p.W, "%s%s\n", indent, strings.TrimRight(b.Text, "\n"))
 			case "tool_use":
-				fmt.Fprintf(p.W, "%s→ %s %s\n", indent, b.Name, clip(compact(b.Input), 200))
+				fmt.Fprintf(p.W, "%s%s %s\n", indent, p.paint(cyan, "→ "+b.Name), clip(compact(b.Input), 200))
 			case "thinking", "redacted_thinking":
-				fmt.Fprintf(p.W, "%s(thinking…)\n", indent)
+				fmt.Fprintf(p.W, "%s%s\n", indent, p.paint(dim, "(thinking…)"))
 			default:
 				if p.Verbose {
 					fmt.Fprintf(p.W, "%s[%s]\n", indent, b.Type)
@@ -88,9 +108,9 @@ func (p *Printer) Line(line []byte) {
 			if b.Type != "tool_result" {
 				continue
 			}
-			mark := "←"
+			mark := p.paint(dim, "←")
 			if b.IsError {
-				mark = "← error:"
+				mark = p.paint(red, "← error:")
 			}
 			fmt.Fprintf(p.W, "%s%s %s\n", indent, mark, clip(resultText(b.Content), 300))
 		}
@@ -110,25 +130,46 @@ func (p *Printer) Line(line []byte) {
 func (p *Printer) result(msg protocol.Message) {
 	r, err := msg.AsResult()
 	if err != nil {
-		fmt.Fprintf(p.W, "✗ unreadable result: %v\n", err)
+		fmt.Fprintf(p.W, "%s %v\n", p.paint(red, "✗ unreadable result:"), err)
 		return
 	}
 	stats := fmt.Sprintf("turns %d · cost $%.4f · %.1fs", r.NumTurns, r.TotalCostUSD, float64(r.DurationMS)/1000)
 	if !r.IsError {
-		fmt.Fprintf(p.W, "✓ done · %s\n", stats)
+		fmt.Fprintf(p.W, "%s · %s\n", p.paint(green, "✓ done"), stats)
 		return
 	}
-	why := r.Subtype
-	if r.XFleet != nil && r.XFleet.Synthetic {
-		why = "worker: " + r.XFleet.Reason
-	}
-	fmt.Fprintf(p.W, "✗ failed (%s) · %s\n", why, stats)
+	fmt.Fprintf(p.W, "%s · %s\n", p.paint(red, "✗ "+outcome(r)), stats)
 	for _, e := range r.Errors {
 		fmt.Fprintf(p.W, "  %s\n", clip(e, 500))
 	}
 	if r.Result != nil && *r.Result != "" && len(r.Errors) == 0 {
 		fmt.Fprintf(p.W, "  %s\n", clip(*r.Result, 500))
 	}
+}
+
+// outcome names how an error result ended: the worker's reason for a
+// synthetic one (a cancel is not a failure), else the agent's subtype; an
+// is_error result whose subtype is "success" is the agent reporting an
+// error (e.g. the model API failed), which the text after it explains.
+func outcome(r *protocol.Result) string {
+	if r.XFleet != nil && r.XFleet.Synthetic {
+		switch r.XFleet.Reason {
+		case protocol.ReasonCancelled:
+			return "cancelled"
+		case protocol.ReasonTimeout:
+			return "timed out (options.timeout_s)"
+		}
+		return "failed (worker: " + r.XFleet.Reason + ")"
+	}
+	switch r.Subtype {
+	case "", "success":
+		return "failed (the agent reported an error)"
+	case "error_max_turns":
+		return "failed (max turns reached)"
+	case "error_max_budget_usd":
+		return "failed (budget reached)"
+	}
+	return "failed (" + r.Subtype + ")"
 }
 
 // Status renders one status event.
@@ -143,7 +184,16 @@ func (p *Printer) Status(ev protocol.StatusEvent) {
 	if ev.Error != nil {
 		s += fmt.Sprintf(" · %s: %s", ev.Error.Code, clip(ev.Error.Message, 300))
 	}
-	fmt.Fprintln(p.W, s)
+	c := dim
+	switch ev.State {
+	case protocol.StateSucceeded:
+		c = green
+	case protocol.StateFailed:
+		c = red
+	case protocol.StateCancelled, protocol.StateRetrying:
+		c = yellow
+	}
+	fmt.Fprintln(p.W, p.paint(c, s))
 }
 
 func blocks(raw json.RawMessage) []block {

@@ -1,7 +1,4 @@
-// Package fleetcli is the dispatcher's command line for people and scripts
-// (submit, tail, status, cancel, ls) and the small client those commands
-// share with the end-to-end tests.
-package fleetcli
+package fleetapi
 
 import (
 	"context"
@@ -18,6 +15,10 @@ import (
 
 // ErrUnavailable means NATS or the dispatcher did not answer.
 var ErrUnavailable = errors.New("fleet: dispatcher unreachable")
+
+// ErrNotFound means the query does not exist: nothing on its subjects and no
+// status record.
+var ErrNotFound = errors.New("fleet: no such query")
 
 // Client talks to the fleet over NATS.
 type Client struct {
@@ -110,12 +111,27 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
 	}
-	if !follow {
-		info, err := cons.Info(ctx)
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
+	}
+	if info.NumPending == 0 {
+		// Nothing on the stream (or it aged out): only a status record can
+		// tell a finished query from one that never existed.
+		r, err := c.Status(ctx, protocol.QueryRef{ID: id, Tenant: tenant})
 		if err != nil {
 			return nil, err
 		}
-		if info.NumPending == 0 {
+		if r.Error != nil && r.Error.Code == protocol.CodeNotFound {
+			return nil, fmt.Errorf("%w: %s/%s", ErrNotFound, tenant, id)
+		}
+		if r.Status != nil && r.Status.State.Terminal() {
+			if f.Status != nil {
+				f.Status(*r.Status)
+			}
+			return r.Status, nil
+		}
+		if !follow {
 			return nil, nil
 		}
 	}

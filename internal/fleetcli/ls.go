@@ -1,0 +1,117 @@
+package fleetcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// states are the states ls --state accepts.
+var states = []protocol.State{
+	protocol.StateQueued, protocol.StateRunning, protocol.StateRetrying,
+	protocol.StateSucceeded, protocol.StateFailed, protocol.StateCancelled,
+}
+
+// lsCmd lists recent queries.
+type lsCmd struct {
+	tenant     string
+	allTenants bool
+	state      string
+	limit      int
+	asJSON     bool
+}
+
+func (c *lsCmd) Help() Help {
+	return Help{
+		Name: "ls", Args: "",
+		Summary: "list recent queries of a tenant (or of all tenants with -A)",
+		Description: `Lists the newest queries first with their state, attempt, worker, run
+duration, cost and error code. --json prints the status events as a JSON
+array instead.`,
+		Examples: `dispatcher ls
+dispatcher ls --tenant acme --state failed
+dispatcher ls -A --limit 200 --json | jq -r '.[] | select(.state=="running") | .id'`,
+	}
+}
+
+func (c *lsCmd) Flags(fs *pflag.FlagSet) {
+	addTenant(fs, &c.tenant)
+	fs.BoolVarP(&c.allTenants, "all-tenants", "A", false, "every tenant's queries (--tenant is ignored)")
+	fs.StringVar(&c.state, "state", "", "only queries in this state: queued, running, retrying, succeeded, failed, cancelled")
+	fs.IntVar(&c.limit, "limit", 50, "at most this many (1-1000)")
+	fs.BoolVar(&c.asJSON, "json", false, "print the status events as a JSON array")
+}
+
+func (c *lsCmd) Validate(fs *pflag.FlagSet) error {
+	if fs.NArg() != 0 {
+		return fmt.Errorf("ls takes no arguments, got %q", fs.Args())
+	}
+	if c.allTenants && fs.Changed("tenant") {
+		return errors.New("give --tenant or --all-tenants, not both")
+	}
+	if !c.allTenants {
+		if err := validTenant(c.tenant); err != nil {
+			return err
+		}
+	}
+	if c.state != "" && !slices.Contains(states, protocol.State(c.state)) {
+		return fmt.Errorf("--state %q: want one of %v", c.state, states)
+	}
+	if c.limit < 1 || c.limit > 1000 {
+		return fmt.Errorf("--limit %d: want 1 to 1000", c.limit)
+	}
+	return nil
+}
+
+func (c *lsCmd) Run(ctx context.Context, e *Env) int {
+	cl, code := e.Client()
+	if cl == nil {
+		return code
+	}
+	req := protocol.ListRequest{State: protocol.State(c.state), Limit: c.limit}
+	if !c.allTenants {
+		req.Tenant = c.tenant
+	}
+	rctx, cancel := e.Request(ctx)
+	defer cancel()
+	r, err := cl.List(rctx, req)
+	if err != nil {
+		return requestFailed(ctx, e.Err, err)
+	}
+	if r.Error != nil {
+		return replyError(e.Err, r.Error)
+	}
+	if c.asJSON {
+		qs := r.Queries
+		if qs == nil {
+			qs = []protocol.StatusEvent{}
+		}
+		b, _ := json.MarshalIndent(qs, "", "  ")
+		fmt.Fprintln(e.Out, string(b))
+		return ExitOK
+	}
+	tw := tabwriter.NewWriter(e.Out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tID\tSTATE\tATTEMPT\tWORKER\tDURATION\tCOST\tAT\tERROR")
+	for _, q := range r.Queries {
+		errCode, dur, cost := "", "-", "-"
+		if q.Error != nil {
+			errCode = q.Error.Code
+		}
+		if q.Result != nil {
+			dur = duration(q.Result.DurationMS)
+			cost = fmt.Sprintf("$%.4f", q.Result.TotalCostUSD)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", q.Tenant, q.ID, q.State, q.Attempt, cmpStr(q.Worker, "-"),
+			dur, cost, q.At.Local().Format(time.DateTime), errCode)
+	}
+	_ = tw.Flush()
+	return ExitOK
+}
