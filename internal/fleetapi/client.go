@@ -98,6 +98,11 @@ type Follower struct {
 	// Artifact is called for a workspace job's manifest (before its
 	// terminal status).
 	Artifact func(protocol.Artifact)
+	// MustExist makes Follow return ErrNotFound for a query with nothing
+	// on the stream and no status record, instead of waiting for it to
+	// appear (a job published straight to the work queue has no status
+	// until a worker takes it).
+	MustExist bool
 }
 
 // Follow replays a query from its first message (an ordered consumer on
@@ -115,7 +120,10 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
 	}
-	if info.NumPending == 0 {
+	if info.NumPending == 0 && !follow && !f.MustExist {
+		return nil, nil
+	}
+	if info.NumPending == 0 && f.MustExist {
 		// Nothing on the stream (or it aged out): only a status record can
 		// tell a finished query from one that never existed.
 		r, err := c.Status(ctx, protocol.QueryRef{ID: id, Tenant: tenant})

@@ -85,7 +85,8 @@ func follow(ctx context.Context, e *Env, c *fleetapi.Client, tenant, id string, 
 	w := &waiter{e: e, c: c, tty: isTerminal(e.Err), start: time.Now(), state: protocol.StateQueued}
 	var artifact *protocol.Artifact
 	f := fleetapi.Follower{
-		Artifact: func(a protocol.Artifact) { artifact = &a },
+		Artifact:  func(a protocol.Artifact) { artifact = &a },
+		MustExist: true,
 		Line: func(l fleetapi.Line) {
 			w.activity(nil)
 			if rf.raw {
