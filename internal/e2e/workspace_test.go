@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/worker"
@@ -103,7 +104,7 @@ func TestWorkspaceCancelMidRunStillCaptures(t *testing.T) {
 	seen := make(chan struct{})
 	var once sync.Once
 	go func() {
-		_, _ = f.Client.Follow(ctx, "default", "ws-cancel", true, fleetcli.Follower{Line: func(l fleetcli.Line) {
+		_, _ = f.Client.Follow(ctx, "default", "ws-cancel", true, fleetapi.Follower{Line: func(l fleetapi.Line) {
 			if strings.Contains(string(l.Data), "append half-done.txt") {
 				once.Do(func() { close(seen) })
 			}
