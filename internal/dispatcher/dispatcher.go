@@ -46,14 +46,17 @@ type Service struct {
 	js    jetstream.JetStream
 	log   zerolog.Logger
 
+	// lifecycle serialises Start and Stop.
+	lifecycle sync.Mutex
+	started   bool
+
 	mu       sync.Mutex
 	subs     []*nats.Subscription
 	consumes []jetstream.ConsumeContext
 	ready    bool
 	stopped  bool
 
-	indexQ    chan jetstream.Msg
-	indexDone chan struct{}
+	indexDone chan struct{} // closed when the index loop has returned
 }
 
 // New returns a Service.
@@ -83,7 +86,33 @@ func (s *Service) Ready() bool {
 }
 
 // Start provisions the streams and starts serving. It returns once serving.
+// A Start that fails undoes what it began (subscriptions, consumers, the
+// index loop), so it may be called again; a Start after one that succeeded,
+// or after Stop, returns an error.
 func (s *Service) Start(ctx context.Context) error {
+	s.lifecycle.Lock()
+	defer s.lifecycle.Unlock()
+	s.mu.Lock()
+	started, stopped := s.started, s.stopped
+	s.mu.Unlock()
+	switch {
+	case started:
+		return errors.New("dispatcher: already started")
+	case stopped:
+		return errors.New("dispatcher: stopped")
+	}
+	if err := s.start(ctx); err != nil {
+		_ = s.halt(context.Background())
+		return err
+	}
+	s.mu.Lock()
+	s.started, s.ready = true, true
+	s.mu.Unlock()
+	s.log.Info().Str("jobs", s.names.JobsStream()).Str("queries", s.names.QueriesStream()).Msg("dispatcher serving")
+	return nil
+}
+
+func (s *Service) start(ctx context.Context) error {
 	if err := provision.Streams(ctx, s.js, s.cfg.Provision); err != nil {
 		return err
 	}
@@ -99,7 +128,9 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("dispatcher: subscribe %s: %w", subj, err)
 		}
+		s.mu.Lock()
 		s.subs = append(s.subs, sub)
+		s.mu.Unlock()
 	}
 	idx, err := s.js.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:       StatusConsumer,
@@ -116,14 +147,16 @@ func (s *Service) Start(ctx context.Context) error {
 	// batches and writes each query's newest event once per batch, so a
 	// busy fleet costs one storage write per query per batch, not one per
 	// event.
-	s.indexQ = make(chan jetstream.Msg, 1024)
-	s.indexDone = make(chan struct{})
-	cc, err := idx.Consume(func(m jetstream.Msg) { s.indexQ <- m }, jetstream.PullMaxMessages(512))
+	indexQ, indexDone := make(chan jetstream.Msg, 1024), make(chan struct{})
+	cc, err := idx.Consume(func(m jetstream.Msg) { indexQ <- m }, jetstream.PullMaxMessages(512))
 	if err != nil {
 		return fmt.Errorf("dispatcher: status index: %w", err)
 	}
+	s.mu.Lock()
 	s.consumes = append(s.consumes, cc)
-	go s.indexLoop(cc)
+	s.indexDone = indexDone
+	s.mu.Unlock()
+	go s.indexLoop(cc, indexQ, indexDone)
 	dlq, err := s.js.CreateOrUpdateConsumer(ctx, n.AdvisoryStream(), jetstream.ConsumerConfig{
 		Durable:       DLQConsumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -137,23 +170,33 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: dead letters: %w", err)
 	}
-	s.consumes = append(s.consumes, cc)
 	s.mu.Lock()
-	s.ready = true
+	s.consumes = append(s.consumes, cc)
 	s.mu.Unlock()
-	s.log.Info().Str("jobs", n.JobsStream()).Str("queries", n.QueriesStream()).Msg("dispatcher serving")
 	return nil
 }
 
-// Stop stops serving; in-flight handlers finish. Safe to call twice.
+// Stop stops serving; in-flight handlers and the index batch being written
+// finish first. Safe to call twice, and before or after a failed Start.
 func (s *Service) Stop(ctx context.Context) error {
+	s.lifecycle.Lock()
+	defer s.lifecycle.Unlock()
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
 		return nil
 	}
 	s.stopped = true
-	subs, consumes := s.subs, s.consumes
+	s.mu.Unlock()
+	return s.halt(ctx)
+}
+
+// halt drains the subscriptions and consumers Start made and waits for the
+// index loop; it leaves the service with none.
+func (s *Service) halt(ctx context.Context) error {
+	s.mu.Lock()
+	subs, consumes, indexDone := s.subs, s.consumes, s.indexDone
+	s.subs, s.consumes, s.indexDone, s.ready = nil, nil, nil, false
 	s.mu.Unlock()
 	for _, sub := range subs {
 		_ = sub.Drain()
@@ -170,9 +213,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	// The index writer last: it ends once its consumer is closed, after
 	// writing the batch it holds.
-	if s.indexDone != nil {
+	if indexDone != nil {
 		select {
-		case <-s.indexDone:
+		case <-indexDone:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

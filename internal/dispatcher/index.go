@@ -18,8 +18,8 @@ import (
 // It takes whatever events are queued (up to indexBatch), keeps the newest
 // per query (storage.Newer), writes those, then acks the batch; a failed
 // write naks that query's events for a retry.
-func (s *Service) indexLoop(cc jetstream.ConsumeContext) {
-	defer close(s.indexDone)
+func (s *Service) indexLoop(cc jetstream.ConsumeContext, q <-chan jetstream.Msg, done chan<- struct{}) {
+	defer close(done)
 	const (
 		indexBatch  = 512
 		indexLinger = 100 * time.Millisecond
@@ -27,7 +27,7 @@ func (s *Service) indexLoop(cc jetstream.ConsumeContext) {
 	for {
 		var first jetstream.Msg
 		select {
-		case first = <-s.indexQ:
+		case first = <-q:
 		case <-cc.Closed():
 			return
 		}
@@ -39,7 +39,7 @@ func (s *Service) indexLoop(cc jetstream.ConsumeContext) {
 	drain:
 		for len(batch) < indexBatch {
 			select {
-			case m := <-s.indexQ:
+			case m := <-q:
 				batch = append(batch, m)
 			case <-linger.C:
 				break drain

@@ -31,7 +31,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage/storagetest"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.MainNoLeaks(m) }
 
 // wait bounds every wait for an event. It is generous because `make test`
 // runs every package at once under the race detector on 2 cores; a wait

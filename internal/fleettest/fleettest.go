@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
@@ -47,6 +48,15 @@ func Main(m *testing.M) {
 		os.Exit(workerProcess(os.Args[2:]))
 	}
 	os.Exit(m.Run())
+}
+
+// MainNoLeaks is Main for packages that must not leak goroutines: after
+// the tests, goleak fails the run if any goroutine is left.
+func MainNoLeaks(m *testing.M, opts ...goleak.Option) {
+	if len(os.Args) > 1 && (os.Args[1] == StandinFlag || os.Args[1] == WorkerFlag) {
+		Main(m)
+	}
+	goleak.VerifyTestMain(m, opts...)
 }
 
 // AgentCommand is the stand-in agent: this test binary in stand-in mode.

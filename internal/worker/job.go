@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,9 +66,13 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	}
 
 	// From here on the job is ours: heartbeat well inside AckWait.
+	// The run owns its goroutines (heartbeat, relay) and returns only once
+	// they have: the worker's job count, which Stop waits for, covers them.
+	var hb sync.WaitGroup
+	defer hb.Wait()
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	defer stopHB()
-	go w.heartbeat(hbCtx, msg, ackWait)
+	hb.Go(func() { w.heartbeat(hbCtx, msg, ackWait) })
 
 	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded}
 	q.run(provider, env)
@@ -230,9 +235,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 			return seq, err
 		}
 	}
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	defer stopRelay()
-	go rel.run(relayCtx)
+	rel.start(ctx)
 	emit := func(l agent.Line) error { return rel.emit(l.Raw) }
 
 	var out agent.Outcome
@@ -248,15 +251,49 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		out, runErr = q.execute(runCtx, provider, env, emit)
 	}
 	q.runEnded()
+	q.finish(rel, jl, out, runErr, started)
+}
 
+// outcome is how a run that got as far as its relay ends: the cases of the
+// package doc's Outcomes list (an invalid job never gets here).
+type outcome int
+
+const (
+	outcomeTerminal outcome = iota // the agent's result, or a synthetic one
+	outcomeRetry                   // infrastructure failure: Nak with backoff
+	outcomeHandback                // shutdown: Nak at once
+	outcomeFenced                  // a later attempt owns the query
+)
+
+// outcomeOf decides the outcome; the order of the checks is their
+// precedence.
+func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
 	switch {
 	case q.fenced.Load():
-		stopRelay()
+		return outcomeFenced
+	case out.HandedBack:
+		return outcomeHandback
+	case runErr != nil && out.Result == nil:
+		return outcomeRetry
+	}
+	return outcomeTerminal
+}
+
+// finish is the one exit of a run whose relay and journal log are open:
+// whatever the outcome, the relay is shut down (its goroutine has returned
+// when finish does) and the journal log is closed, then the message is
+// settled.
+func (q *query) finish(rel *relay, jl journalCloser, out agent.Outcome, runErr error, started time.Time) {
+	w := q.w
+	ctx := context.Background()
+	defer rel.shutdown()
+	switch q.outcomeOf(out, runErr) {
+	case outcomeFenced:
+		rel.shutdown() // publishes nothing more; the journal has it all
 		_ = jl.Close(false)
 		w.metrics.jobs.WithLabelValues("fenced").Inc()
 		q.log.Warn().Msg("a later attempt took over this query; this run stopped relaying")
-		return
-	case out.HandedBack:
+	case outcomeHandback:
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_ = rel.flush(fctx) // what was relayed so far; the journal has it all anyway
 		cancel()
@@ -264,18 +301,27 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		_ = q.msg.Nak()
 		w.metrics.jobs.WithLabelValues("handed_back").Inc()
 		q.log.Info().Msg("job handed back")
-		return
-	case runErr != nil && out.Result == nil:
+	case outcomeRetry:
 		fctx, cancel := context.WithTimeout(ctx, time.Minute)
 		_ = rel.flush(fctx)
 		cancel()
 		_ = jl.Close(false)
 		q.retry(runErr, protocol.CodeSandboxUnavailable)
-		return
+	case outcomeTerminal:
+		q.settle(rel, jl, out, started)
 	}
+}
 
-	// Terminal: every line in the stream, then the status, then the ack.
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+// journalCloser is what finish needs of a journal log.
+type journalCloser interface {
+	Close(final bool) error
+}
+
+// settle ends a run with a terminal outcome: every line in the stream, then
+// the status, then the ack.
+func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started time.Time) {
+	w := q.w
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := rel.flush(fctx); err != nil {
 		q.log.Error().Err(err).Msg("flushing the run's messages")

@@ -53,8 +53,10 @@ type relay struct {
 	queued    int // bytes in queue
 	maxQueued int
 	closed    bool
+	stopped   bool // run has returned: emit no longer waits for room
 	lastErr   error
 	done      chan struct{}
+	cancel    context.CancelFunc
 }
 
 type outMsg struct {
@@ -101,7 +103,7 @@ func (r *relay) emit(line []byte) error {
 	r.metrics.linesRelayed.Inc()
 	r.metrics.bytesRelayed.Add(float64(len(line)))
 	r.mu.Lock()
-	for r.queued+len(data) > r.maxQueued && len(r.queue) > 0 && !r.closed {
+	for r.queued+len(data) > r.maxQueued && len(r.queue) > 0 && !r.closed && !r.stopped {
 		r.cond.Wait()
 	}
 	r.queue = append(r.queue, outMsg{seq: seq, data: data})
@@ -123,11 +125,40 @@ func pointer(seq uint64, size int, key string) []byte {
 	return append(b, '}')
 }
 
+// start runs the publisher goroutine under ctx. Its owner must call
+// shutdown (after flush, or instead of it) before the run ends: that is
+// what guarantees the goroutine is gone.
+func (r *relay) start(ctx context.Context) {
+	ctx, r.cancel = context.WithCancel(ctx)
+	go r.run(ctx)
+}
+
+// shutdown closes the relay, stops publishing what is left (the journal
+// keeps it) and waits until the publisher goroutine has returned.
+func (r *relay) shutdown() {
+	r.close()
+	r.cancel()
+	<-r.done
+}
+
 // run publishes queued lines in order until close is called and the queue
-// is empty. Failed publishes are retried with the same Nats-Msg-Id, so a
-// message the server did store is not stored twice.
+// is empty, or ctx ends. Failed publishes are retried with the same
+// Nats-Msg-Id, so a message the server did store is not stored twice.
 func (r *relay) run(ctx context.Context) {
 	defer close(r.done)
+	defer func() {
+		r.mu.Lock()
+		r.stopped = true
+		r.mu.Unlock()
+		r.cond.Broadcast()
+	}()
+	// The cond does not know about ctx: wake it when ctx ends.
+	stopWake := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.mu.Unlock()
+		r.cond.Broadcast()
+	})
+	defer stopWake()
 	type pending struct {
 		msg *nats.Msg
 		f   jetstream.PubAckFuture
@@ -164,11 +195,15 @@ func (r *relay) run(ctx context.Context) {
 	}
 	for {
 		r.mu.Lock()
-		for len(r.queue) == 0 && !r.closed {
+		for len(r.queue) == 0 && !r.closed && ctx.Err() == nil {
 			if len(inflight) > 0 {
 				break
 			}
 			r.cond.Wait()
+		}
+		if ctx.Err() != nil {
+			r.mu.Unlock()
+			return
 		}
 		if len(r.queue) == 0 && r.closed && len(inflight) == 0 {
 			r.mu.Unlock()

@@ -15,6 +15,12 @@
 //
 // # Outcomes
 //
+// A run that got as far as its relay ends through one exit (query.finish),
+// which shuts the relay down and closes the journal log whatever the
+// outcome; its switch takes the cases below in the reverse order, fenced
+// first. Each run owns its goroutines (heartbeat, relay) and returns only
+// once they have, so Stop, which waits for every run, waits for them.
+//
 //   - terminal outcome (the agent's result, or a synthetic one): all lines are
 //     flushed to the stream, the terminal status is published, then Ack.
 //   - invalid job: TermWithReason, and a failed/invalid_job status when the id
