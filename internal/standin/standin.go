@@ -34,6 +34,8 @@
 //	escape=PATH  leave a process behind as Claude Code's Bash tool can: a
 //	             double-forked grandchild in a session of its own (setsid)
 //	             that ignores SIGTERM and sleeps an hour; its pid goes to PATH
+//	termresult=1 on SIGTERM (during delay or sleep), write a success result
+//	             and exit 143, as Claude Code does when stopped mid-tool
 //
 // File directives act on the working directory (a workspace checkout), in
 // the order given, before the first extra line; each reports what it did in
@@ -120,6 +122,7 @@ type directives struct {
 	delay, sleep                            time.Duration
 	noResult, isError, hang, stamp          bool
 	env, escape                             string
+	termResult                              bool
 	exitSet                                 bool
 	files                                   []fileOp
 	prefix                                  []string // see selfArgs
@@ -163,6 +166,8 @@ func parseDirectives(prompt string) (directives, error) {
 			d.hang = v == "1"
 		case "stamp":
 			d.stamp = v == "1"
+		case "termresult":
+			d.termResult = v == "1"
 		case "env":
 			d.env = v
 		case "append", "rm", "binary", "many", "commit", "cat", "dumpenv":
@@ -192,6 +197,33 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 		_ = w.WriteByte('\n')
 	}
 	flush := func() { _ = w.Flush() }
+	result := func(isError bool) {
+		emit(ordered{
+			{"type", "result"}, {"subtype", "success"}, {"is_error", isError},
+			{"duration_ms", time.Since(start).Milliseconds()}, {"duration_api_ms", 0}, {"num_turns", 1},
+			{"result", "[stand-in agent] done"}, {"stop_reason", "end_turn"}, {"session_id", session}, {"total_cost_usd", 0},
+			{"usage", ordered{{"input_tokens", 0}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}}},
+			{"modelUsage", ordered{}}, {"permission_denials", []any{}}, {"uuid", uuid()},
+		})
+	}
+	// pause sleeps for dur; with termresult, a SIGTERM ends it early and
+	// it reports true.
+	var term chan os.Signal
+	if d.termResult {
+		term = make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+	}
+	pause := func(dur time.Duration) bool {
+		t := time.NewTimer(dur)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return false
+		case <-term:
+			return true
+		}
+	}
+	const termExit = 143
 	emit(ordered{
 		{"type", "system"}, {"subtype", "init"}, {"cwd", cwd}, {"session_id", session},
 		{"tools", []string{}}, {"mcp_servers", []string{}}, {"model", Model},
@@ -239,7 +271,11 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 	for i := range d.lines {
 		if d.delay > 0 {
 			flush()
-			time.Sleep(d.delay)
+			if pause(d.delay) {
+				result(false)
+				flush()
+				return termExit
+			}
 		}
 		line = line[:0]
 		line = append(line, `{"type":"assistant","message":{"id":"msg_standin_`...)
@@ -264,8 +300,10 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 		_, _ = w.Write(line)
 	}
 	flush()
-	if d.sleep > 0 {
-		time.Sleep(d.sleep)
+	if d.sleep > 0 && pause(d.sleep) {
+		result(false)
+		flush()
+		return termExit
 	}
 	if d.noResult {
 		flush()

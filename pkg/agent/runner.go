@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -159,6 +160,9 @@ type readerResult struct {
 	tooLarge   bool
 	lastResult *protocol.Result
 	sessionID  string
+	// lateResults counts result lines read after the run was stopped:
+	// relayed unchanged, but not the run's outcome.
+	lateResults int
 }
 
 // Run starts the agent for req.Job in req.Sandbox and calls emit for every
@@ -166,12 +170,19 @@ type readerResult struct {
 // exited and its stdout is drained.
 //
 // The run ends in exactly one of these ways:
-//   - the agent wrote at least one result: after the last one the process gets
-//     ResultGrace to exit, then its group is stopped; no synthetic result.
+//   - the agent wrote at least one result before the run was stopped: after
+//     the last one the process gets ResultGrace to exit, then its group is
+//     stopped; no synthetic result.
 //   - ctx is cancelled with cause ErrHandback before a result: the process is
 //     stopped, Outcome.HandedBack is set, nothing more is emitted.
 //   - otherwise (cancel, timeout, crash, spawn failure, output too large) the
 //     runner emits one synthetic result, exactly once.
+//
+// Once the runner has decided to stop the process (cancel, timeout,
+// hand-back, output too large, emit failure), that decision is the outcome:
+// a result the agent writes after it (Claude Code writes result/success
+// when SIGTERM stops its tool) is still emitted unchanged, but it does not
+// count as the run's result.
 //
 // Run returns an error (and emits no synthetic result) when the sandbox was
 // unavailable (errors.Is(err, sandbox.ErrUnavailable): retry on another
@@ -218,8 +229,11 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 	resultSeen := make(chan struct{}, 1)
 	tooLarge := make(chan struct{})
 	readerDone := make(chan readerResult, 1)
+	// decided is set, before any signal is sent, once the run is being
+	// stopped for a reason other than its own result.
+	var decided atomic.Bool
 	go func() {
-		readerDone <- r.read(proc.Stdout(), emit, resultSeen, tooLarge)
+		readerDone <- r.read(proc.Stdout(), emit, resultSeen, tooLarge, &decided)
 	}()
 	// Another waits for the exit status.
 	type waitResult struct {
@@ -240,6 +254,9 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 	stop := func(why error) {
 		stopOnce.Do(func() {
 			stopReason = why
+			if !errors.Is(why, errResultGrace) {
+				decided.Store(true)
+			}
 			stopWG.Go(func() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.KillGrace+30*time.Second)
 				defer cancel()
@@ -304,8 +321,12 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 	if rr.emitErr != nil {
 		return out, rr.emitErr
 	}
+	if rr.lateResults > 0 {
+		log.Info().Int("results", rr.lateResults).Err(stopReason).Msg("the agent wrote a result after it was stopped; the stop decides the outcome")
+	}
 	if out.Result != nil {
-		// The agent wrote its own result: nothing to add, whatever the exit.
+		// The agent wrote its own result before it was stopped: nothing to
+		// add, whatever the exit.
 		return out, nil
 	}
 	cause := stopReason
@@ -398,7 +419,7 @@ func EmitSynthetic(emit EmitFunc, out Outcome, in protocol.SyntheticInput) (Outc
 // read drains stdout to EOF, emitting every line. After an emit error it
 // keeps draining (without emitting) so the child never blocks on a full pipe
 // until it is killed.
-func (r *Runner) read(stdout io.Reader, emit EmitFunc, resultSeen chan<- struct{}, tooLarge chan<- struct{}) readerResult {
+func (r *Runner) read(stdout io.Reader, emit EmitFunc, resultSeen chan<- struct{}, tooLarge chan<- struct{}, decided *atomic.Bool) readerResult {
 	var (
 		res   readerResult
 		total int64
@@ -425,7 +446,9 @@ func (r *Runner) read(stdout io.Reader, emit EmitFunc, resultSeen chan<- struct{
 		if res.sessionID == "" && msg.SessionID != "" {
 			res.sessionID = msg.SessionID
 		}
-		if msg.IsResult() {
+		if msg.IsResult() && decided.Load() {
+			res.lateResults++
+		} else if msg.IsResult() {
 			if v, err := msg.AsResult(); err == nil {
 				res.lastResult = v
 			} else {

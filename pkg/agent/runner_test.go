@@ -425,3 +425,61 @@ func TestConfigValidation(t *testing.T) {
 	_, err = agent.New(agent.Config{Command: []string{"x"}, MaxLine: 10})
 	require.ErrorContains(t, err, "MaxLine")
 }
+
+// A result the agent writes after the runner stopped it (Claude Code writes
+// result/success when SIGTERM ends its tool) is relayed unchanged, but the
+// stop decides the outcome: cancelled, timeout, or handed back.
+func TestRunResultWrittenAfterStopDoesNotWin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		cause  error // nil: the run's own timeout
+		reason string
+	}{
+		{"cancel", agent.ErrCancelled, protocol.ReasonCancelled},
+		{"timeout", nil, protocol.ReasonTimeout},
+		{"handback", agent.ErrHandback, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			r := newRunner(t, "standin", nil)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			req := agent.Request{Sandbox: b.sb, Job: job("/standin termresult=1 sleep=1h")}
+			if tc.cause == nil {
+				req.Timeout = 300 * time.Millisecond
+			}
+			done := runAsync(t, r, ctx, req, b.lines.emit)
+			waitLines(t, b.lines, 2) // init and the text: the agent is running
+			if tc.cause != nil {
+				cancel(tc.cause)
+			}
+			out := <-done
+			lines, synth := b.lines.all()
+			require.GreaterOrEqual(t, len(lines), 3)
+			late := protocol.ParseMessage(lines[2])
+			require.True(t, late.IsResult(), "the agent's late result is relayed")
+			require.False(t, synth[2])
+			lr, err := late.AsResult()
+			require.NoError(t, err)
+			require.False(t, lr.IsError, "unchanged: it says success")
+			if tc.cause == agent.ErrHandback {
+				require.True(t, out.HandedBack, "the hand-back stands")
+				require.Nil(t, out.Result)
+				require.Len(t, lines, 3, "a handed-back run adds no result of its own")
+				return
+			}
+			require.False(t, out.HandedBack)
+			require.True(t, out.Synthetic)
+			require.Equal(t, tc.reason, out.Reason)
+			require.True(t, out.Result.IsError)
+			require.Len(t, lines, 4)
+			last := protocol.ParseMessage(lines[3])
+			require.True(t, synth[3])
+			res, err := last.AsResult()
+			require.NoError(t, err)
+			require.Equal(t, tc.reason, res.XFleet.Reason)
+		})
+	}
+}
