@@ -398,6 +398,17 @@ func BenchmarkFleet(b *testing.B) {
 		figure("first_line_p99_ms", p99, "ms")
 		figure("line_p99_ms", lineP99, "ms")
 	})
+	b.Run("workspace", func(b *testing.B) {
+		clone, fleet, capture, base := checkoutAndCapture(b, fullWS)
+		fmt.Printf("# workspace: %d files of ~%d KiB over %d commits, medians of %d runs; capture of %d new files\n",
+			fullWS.files, fullWS.fileBytes>>10, fullWS.commits, fullWS.rounds, fullWS.changed)
+		figure("checkout_clone_baseline_ms", clone, "ms")
+		figure("checkout_fleet_ms", fleet, "ms")
+		figure("checkout_ratio", clone/fleet, "ratio")
+		figure("capture_ms", capture, "ms")
+		figure("capture_baseline_ms", base, "ms")
+		figure("capture_ratio", base/capture, "ratio")
+	})
 	b.Run("rss", func(b *testing.B) {
 		idle, base, delta := rss(b, full)
 		figure("idle_rss_mb", idle, "MB")
