@@ -44,7 +44,7 @@ export FLEET_NATS_URL="$url" FLEET_STORAGE="file://$DATA" FLEET_LOG_FORMAT=conso
 echo "==> starting the dispatcher and a worker (logs in $tmp)"
 "$BIN/dispatcher" serve --max-concurrency 4 >"$tmp/dispatcher.log" 2>&1 &
 pids+=($!)
-"$BIN/worker" --agent-cmd "$agent" --slots 2 --journal-dir "$DATA/journal" --sandbox-dir "$DATA/sandboxes" \
+"$BIN/worker" --agent-cmd "$agent" --slots 2 --workspace-allow-file --journal-dir "$DATA/journal" --sandbox-dir "$DATA/sandboxes" \
   --shutdown-grace 5s >"$tmp/worker.log" 2>&1 &
 pids+=($!)
 
@@ -68,6 +68,42 @@ echo "==> query finished (exit code $rc)"
 echo "    transcript (raw stream-json, one line per agent message): $transcript"
 echo "    status record: $DATA/status/default/$id.json"
 echo "    (this run's NATS server and its temporary store are gone; on a running fleet, replay a query with: bin/dispatcher tail <id>)"
+
+# A workspace run: the agent works in a checkout of a small local
+# repository, and what it changed comes back as a file list, a diff and a
+# git bundle.
+if [[ $rc -eq 0 ]]; then
+  repo="$tmp/demo-repo"
+  git init -q -b main "$repo/src"
+  printf '# demo\n' >"$repo/src/README.md"
+  printf 'old\n' >"$repo/src/old.txt"
+  printf 'package main\n\nfunc main() {}\n' >"$repo/src/main.go"
+  git -C "$repo/src" add -A
+  git -C "$repo/src" -c user.name=demo -c user.email=demo@example.invalid commit -q -m "demo repository"
+  git clone -q --bare "$repo/src" "$repo/demo.git"
+  wsid="ws-$id"
+  if [[ "$agent" == "claude" ]]; then
+    wsprompt="Append a line 'Edited by the fleet.' to README.md, delete old.txt and add a file notes/todo.txt with one line."
+    wsflags=(--permission-mode acceptEdits)
+  else
+    wsprompt="/standin append=README.md rm=old.txt commit=stand-in_commit append=notes/todo.txt binary=logo.bin"
+    wsflags=()
+  fi
+  echo
+  echo "==> a workspace run: submitting default/$wsid on file://$repo/demo.git"
+  echo
+  set +e
+  "$BIN/dispatcher" submit --id "$wsid" --follow --repo "file://$repo/demo.git" "${wsflags[@]}" -- "$wsprompt"
+  rc=$?
+  set -e
+  echo
+  echo "==> workspace run finished (exit code $rc); its changed files (dispatcher diff $wsid --stat):"
+  "$BIN/dispatcher" diff "$wsid" --stat | sed 's/^/    /' || true
+  echo "    diff (applies with git apply to start_sha): $DATA/queries/default/$wsid/workspace/diff.patch"
+  echo "    bundle (git bundle verify / git fetch it):  $DATA/queries/default/$wsid/workspace/bundle"
+  echo "    first lines of the diff (dispatcher diff $wsid):"
+  "$BIN/dispatcher" diff "$wsid" | head -n 12 | sed 's/^/      /' || true
+fi
 if [[ $rc -ne 0 ]]; then
   echo "---- worker log ----"; tail -n 30 "$tmp/worker.log"
   echo "---- dispatcher log ----"; tail -n 30 "$tmp/dispatcher.log"

@@ -163,4 +163,3 @@ func TestWorkspaceBenchmarkRuns(t *testing.T) {
 		require.Positive(t, v)
 	}
 }
-

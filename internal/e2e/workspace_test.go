@@ -224,6 +224,7 @@ func TestCLIWorkspace(t *testing.T) {
 	status := strings.Index(out, "[status] succeeded")
 	files := strings.Index(out, "[workspace] fleet/default/cli-ws · 3 files · +1 −1")
 	require.True(t, status >= 0 && files > status, "the file list ends the output:\n%s", out)
+	require.Contains(t, out, "· checked out "+repo.Main[:12], "running shows the start commit")
 	for _, want := range []string{"M src/a.go +1 −0", "D del.txt +0 −1", "A img/pixel.bin (binary)", "· pushed"} {
 		require.Contains(t, out[files:], want)
 	}

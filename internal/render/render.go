@@ -184,6 +184,7 @@ func (p *Printer) Status(ev protocol.StatusEvent) {
 	if ev.Error != nil {
 		s += fmt.Sprintf(" · %s: %s", ev.Error.Code, clip(ev.Error.Message, 300))
 	}
+	s += workspaceStatus(ev.Workspace)
 	c := dim
 	switch ev.State {
 	case protocol.StateSucceeded:

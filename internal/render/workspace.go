@@ -52,3 +52,20 @@ func short(sha string) string {
 	}
 	return sha
 }
+
+// workspaceStatus is what a status line says of its workspace: the start
+// commit while running, a capture or push failure at the end (the file
+// list comes with the artifact).
+func workspaceStatus(ws *protocol.WorkspaceStatus) string {
+	switch {
+	case ws == nil:
+		return ""
+	case ws.CaptureError != "":
+		return " · workspace capture failed: " + clip(ws.CaptureError, 300)
+	case ws.EndSHA == "" && ws.StartSHA != "":
+		return " · checked out " + short(ws.StartSHA)
+	case ws.PushError != "":
+		return " · push failed (the bundle is stored)"
+	}
+	return ""
+}
