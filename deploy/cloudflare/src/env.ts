@@ -11,6 +11,8 @@ export interface Env {
   ANTHROPIC_API_KEY?: string;
   /** Secret (alternative to the API key): Claude Code OAuth token, injected the same way. */
   CLAUDE_CODE_OAUTH_TOKEN?: string;
+  /** Secret: git credentials (credential-store lines) added on egress for workspace fetch and push. */
+  GIT_CREDENTIALS?: string;
   /** Var: SDK transport to the container, "rpc" (default), "http" or "websocket". */
   SANDBOX_TRANSPORT?: string;
   /** Var: extra comma-separated hosts the sandbox may reach (api.anthropic.com always). */

@@ -6,6 +6,7 @@
 
 import { Sandbox as BaseSandbox } from '@cloudflare/sandbox';
 import { allowedHostsFrom, anthropicOutbound, ANTHROPIC_HOST } from './egress';
+import { gitOutbound } from './git-egress';
 import type { Env } from './env';
 
 export class Sandbox extends BaseSandbox<Env> {
@@ -21,3 +22,7 @@ export class Sandbox extends BaseSandbox<Env> {
 Sandbox.outboundByHost = {
   [ANTHROPIC_HOST]: anthropicOutbound,
 };
+
+// Every other intercepted request: git credentials from the GIT_CREDENTIALS
+// secret for the hosts it lists, everything else unchanged (git-egress.ts).
+Sandbox.outbound = gitOutbound;

@@ -189,6 +189,7 @@ export function resetFakes(): void {
 
 class BaseSandbox {
   static outboundByHost: Record<string, unknown> | undefined;
+  static outbound: unknown;
   interceptHttps = false;
   enableInternet: boolean | undefined = true;
   allowedHosts: string[] | undefined;
