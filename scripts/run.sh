@@ -4,7 +4,8 @@
 # and one worker with local storage (./data) and the local sandbox, submits a
 # query, follows it to its result, then says where the transcript and the
 # status record are. Uses `claude` when it is installed and ANTHROPIC_API_KEY
-# is set; otherwise says so and uses the bundled stand-in agent.
+# or CLAUDE_CODE_OAUTH_TOKEN is set; otherwise says so and uses the bundled
+# stand-in agent. The logs stay in $DATA/logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -12,6 +13,8 @@ DATA=${FLEET_RUN_DATA:-./data}
 PROMPT=${PROMPT:-"Say hello to the fleet and explain in one sentence what you are."}
 mkdir -p "$DATA"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/agentfleet-run.XXXXXX")
+logs="$DATA/logs/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$logs"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -25,27 +28,28 @@ port=${FLEET_RUN_PORT:-14222}
 while ! port_free "$port"; do port=$((port + 1)); done
 url="nats://127.0.0.1:$port"
 
-echo "==> starting NATS (JetStream) on $url, store in $tmp/nats"
-"$BIN/nats-server" -a 127.0.0.1 -p "$port" -js -sd "$tmp/nats" >"$tmp/nats.log" 2>&1 &
+echo "==> starting NATS (JetStream) on $url (a temporary store, removed at exit)"
+"$BIN/nats-server" -a 127.0.0.1 -p "$port" -js -sd "$tmp/nats" >"$logs/nats.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do port_free "$port" || break; sleep 0.1; done
-if port_free "$port"; then echo "NATS did not start:"; cat "$tmp/nats.log"; exit 1; fi
+if port_free "$port"; then echo "NATS did not start:"; cat "$logs/nats.log"; exit 1; fi
 
-if command -v claude >/dev/null 2>&1 && [[ -n "${ANTHROPIC_API_KEY:-}" ]]; then
+if command -v claude >/dev/null 2>&1 && [[ -n "${ANTHROPIC_API_KEY:-}${CLAUDE_CODE_OAUTH_TOKEN:-}" ]]; then
   agent="claude"
   echo "==> agent: claude ($(command -v claude))"
 else
   agent="$BIN/fleet-standin-agent"
   echo "==> agent: the bundled STAND-IN agent (no model is called)."
-  echo "    To run real Claude Code: install the claude CLI and set ANTHROPIC_API_KEY, then 'make run' again."
+  echo "    To run real Claude Code: install the claude CLI and set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN from 'claude setup-token'), then 'make run' again."
+  echo "    The stand-in takes directives as its prompt, e.g. PROMPT='/standin lines=30 delay=1s' make run (see README.md)."
 fi
 
 export FLEET_NATS_URL="$url" FLEET_STORAGE="file://$DATA" FLEET_LOG_FORMAT=console FLEET_LOG_LEVEL=${FLEET_LOG_LEVEL:-warn}
-echo "==> starting the dispatcher and a worker (logs in $tmp)"
-"$BIN/dispatcher" serve --max-concurrency 4 >"$tmp/dispatcher.log" 2>&1 &
+echo "==> starting the dispatcher and a worker (logs in $logs)"
+"$BIN/dispatcher" serve --max-concurrency 4 >"$logs/dispatcher.log" 2>&1 &
 pids+=($!)
 "$BIN/worker" --agent-cmd "$agent" --slots 2 --workspace-allow-file --journal-dir "$DATA/journal" --sandbox-dir "$DATA/sandboxes" \
-  --shutdown-grace 5s >"$tmp/worker.log" 2>&1 &
+  --shutdown-grace 5s >"$logs/worker.log" 2>&1 &
 pids+=($!)
 
 id="run-$(date +%Y%m%d-%H%M%S)-$RANDOM"
@@ -67,6 +71,7 @@ for _ in $(seq 1 100); do [[ -f "$transcript" ]] && break; sleep 0.1; done
 echo "==> query finished (exit code $rc)"
 echo "    transcript (raw stream-json, one line per agent message): $transcript"
 echo "    status record: $DATA/status/default/$id.json"
+echo "    logs: $logs"
 echo "    (this run's NATS server and its temporary store are gone; on a running fleet, replay a query with: bin/dispatcher tail <id>)"
 
 # A workspace run: the agent works in a checkout of a small local
@@ -105,7 +110,7 @@ if [[ $rc -eq 0 ]]; then
   "$BIN/dispatcher" diff "$wsid" | head -n 12 | sed 's/^/      /' || true
 fi
 if [[ $rc -ne 0 ]]; then
-  echo "---- worker log ----"; tail -n 30 "$tmp/worker.log"
-  echo "---- dispatcher log ----"; tail -n 30 "$tmp/dispatcher.log"
+  echo "---- worker log ($logs/worker.log) ----"; tail -n 30 "$logs/worker.log"
+  echo "---- dispatcher log ($logs/dispatcher.log) ----"; tail -n 30 "$logs/dispatcher.log"
 fi
 exit $rc

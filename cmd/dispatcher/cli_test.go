@@ -1,18 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -21,129 +14,23 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// mainEnv makes the test binary run main(): the CLI as a real process,
-// with its real exit code, streams and signals.
-const mainEnv = "FLEET_TEST_DISPATCHER_MAIN"
+func TestMain(m *testing.M) { fleettest.RunMain(m, main) }
 
-func TestMain(m *testing.M) {
-	if os.Getenv(mainEnv) == "1" {
-		main()
-		return
-	}
-	fleettest.Main(m)
-}
+const wait = fleettest.CommandWait
 
-const wait = 2 * time.Minute
-
-// proc is the dispatcher command running as a child process.
-type proc struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	stdout bytes.Buffer
-	stderr bytes.Buffer
-	lines  chan string // stderr, line by line
-	done   chan struct{}
-	code   int
-}
-
-// start runs `dispatcher args…` against the fleet at url ("" adds no
-// --nats-url).
-func start(t *testing.T, url string, args ...string) *proc {
+// start runs `dispatcher args…` as a process against the fleet at url (""
+// adds no --nats-url).
+func start(t *testing.T, url string, args ...string) *fleettest.Command {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	if url != "" {
 		args = append(args, "--nats-url", url)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1", "NO_COLOR=")
-	cmd.Stdin = strings.NewReader("")
-	p := &proc{cmd: cmd, lines: make(chan string, 256), done: make(chan struct{})}
-	outPipe, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	errPipe, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		b, _ := io.ReadAll(outPipe)
-		p.mu.Lock()
-		p.stdout.Write(b)
-		p.mu.Unlock()
-	})
-	wg.Go(func() {
-		defer close(p.lines)
-		r := bufio.NewReader(errPipe)
-		for {
-			l, err := r.ReadString('\n')
-			p.mu.Lock()
-			p.stderr.WriteString(l)
-			p.mu.Unlock()
-			if l != "" {
-				p.lines <- strings.TrimRight(l, "\n")
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
-	go func() {
-		wg.Wait()
-		err := cmd.Wait()
-		p.code = cmd.ProcessState.ExitCode()
-		if err != nil && p.code < 0 {
-			p.code = -1
-		}
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// wait waits for the process to exit and returns its code, stdout, stderr.
-func (p *proc) wait(t *testing.T) (int, string, string) {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(wait):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("dispatcher %v did not exit; stderr:\n%s", p.cmd.Args[1:], p.stderr.String())
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.code, p.stdout.String(), p.stderr.String()
-}
-
-// expect waits for a stderr line containing s.
-func (p *proc) expect(t *testing.T, s string) string {
-	t.Helper()
-	timeout := time.After(wait)
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("dispatcher exited before saying %q; stderr:\n%s", s, p.stderr.String())
-			}
-			if strings.Contains(l, s) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("dispatcher never said %q", s)
-		}
-	}
+	return fleettest.StartCommand(t, args...)
 }
 
 func run(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
-	return start(t, url, args...).wait(t)
+	return start(t, url, args...).Wait(t)
 }
 
 func waitState(t *testing.T, f *fleettest.Fleet, tenant, id string, state protocol.State) {
@@ -274,10 +161,10 @@ func TestCLISignalDuringFollow(t *testing.T) {
 		{"sig-term-raw", syscall.SIGTERM, []string{"--raw"}},
 	} {
 		p := start(t, url, append([]string{"submit", "--id", tc.id, "--follow", "/standin lines=1 sleep=1h"}, tc.args...)...)
-		p.expect(t, "submitted default/"+tc.id)
+		p.Expect(t, "submitted default/"+tc.id)
 		waitState(t, f, "default", tc.id, protocol.StateRunning)
-		require.NoError(t, p.cmd.Process.Signal(tc.sig))
-		code, _, errOut := p.wait(t)
+		p.Signal(t, tc.sig)
+		code, _, errOut := p.Wait(t)
 		require.Equal(t, 128+int(tc.sig), code, errOut)
 		require.Contains(t, errOut, "Re-attach with: dispatcher tail "+tc.id+" --tenant default")
 		require.NotContains(t, errOut, "context canceled")
@@ -295,11 +182,11 @@ func TestCLIFollowSaysWhyItWaits(t *testing.T) {
 	f := fleettest.New(t, fleettest.Opts{})
 	url := f.Srv.ClientURL()
 	p := start(t, url, "submit", "--id", "lonely", "--follow", "anyone?")
-	l := p.expect(t, "queued, ")
+	l := p.Expect(t, "queued, ")
 	require.Contains(t, l, "0 free slots asking for work, position 1 of 1")
 	require.Regexp(t, `\(waiting \d+s\)$`, l)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
-	code, _, _ := p.wait(t)
+	p.Signal(t, syscall.SIGINT)
+	code, _, _ := p.Wait(t)
 	require.Equal(t, 130, code)
 }
 
@@ -370,11 +257,11 @@ func TestCLIRendersCancel(t *testing.T) {
 	fleettest.WaitReady(t, w.W)
 	url := f.Srv.ClientURL()
 	p := start(t, url, "submit", "--id", "render-c", "--follow", "--color", "always", "/standin sleep=1h")
-	p.expect(t, "submitted")
+	p.Expect(t, "submitted")
 	waitState(t, f, "default", "render-c", protocol.StateRunning)
 	code, _, _ := run(t, url, "cancel", "render-c")
 	require.Equal(t, 0, code)
-	code, out, _ := p.wait(t)
+	code, out, _ := p.Wait(t)
 	require.Equal(t, fleetcli.ExitCancelled, code)
 	require.Contains(t, out, "\x1b[31m✗ cancelled\x1b[0m")
 	require.NotContains(t, out, "failed")

@@ -80,6 +80,10 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		log.Error().Err(err).Msg("--agent-cmd must name a program")
 		return 2
 	}
+	if err := checkFlags(slots, sbName, cfURL, command); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return 2
+	}
 	if strings.Contains(command[0], "/") && !filepath.IsAbs(command[0]) {
 		// A relative path means relative to the worker, not to the
 		// sandbox's working directory.
@@ -88,6 +92,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		}
 	}
 
+	log.Info().Str("nats_url", config.RedactURLs(common.NATSURL)).Msg("connecting to NATS")
 	nc, js, err := config.ConnectJetStream(common, "fleet-worker", log)
 	if err != nil {
 		log.Error().Err(err).Msg("starting")
@@ -185,9 +190,12 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		return 1
 	}
 	log.Info().Str("worker", w.ID()).Strs("agent", command[:1]).Int("slots", slots).Msg("worker started")
+	log.Info().Dur("shutdown_grace", grace).Dur("needs", grace+stopMargin).
+		Msgf("on SIGTERM running jobs get %s to finish, then are handed back: allow this worker %s before SIGKILL (e.g. terminationGracePeriodSeconds: %d)",
+			grace, grace+stopMargin, int((grace + stopMargin).Seconds()))
 	<-ctx.Done()
 	log.Info().Dur("grace", grace).Msg("shutting down: no new jobs; running jobs may finish")
-	sctx, cancel := context.WithTimeout(context.Background(), grace+time.Minute)
+	sctx, cancel := context.WithTimeout(context.Background(), grace+stopMargin)
 	defer cancel()
 	if err := w.Stop(sctx); err != nil {
 		log.Error().Err(err).Msg("stopping")

@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.RunMain(m, main) }
 
 // The worker command's shutdown path, as SIGTERM drives it (the signal
 // cancels run's context): it stops pulling, hands the running job back at

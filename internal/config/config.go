@@ -92,7 +92,7 @@ func Logger(c Common, w io.Writer) (zerolog.Logger, error) {
 	switch c.LogFormat {
 	case "json", "":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !colorTerminal(w)}
 	default:
 		return zerolog.Nop(), fmt.Errorf("--log-format must be json or console, not %q", c.LogFormat)
 	}
@@ -166,4 +166,15 @@ func ConnectJetStream(c Common, name string, log zerolog.Logger, opts ...jetstre
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return nc, js, nil
+}
+
+// colorTerminal reports whether w is a terminal that wants colour (NO_COLOR
+// unset, TERM not dumb).
+func colorTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -290,23 +290,20 @@ func (w *Worker) stop(ctx context.Context) error {
 func (w *Worker) loop(ctx context.Context) {
 	defer close(w.loopDone)
 	defer w.ready.Store(false)
-	var warned bool
+	var waiting waitLog
 	for !w.stopping.Load() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		cons, err := w.js.Consumer(cctx, w.names.JobsStream(), w.names.Consumer())
 		cancel()
 		if err != nil {
-			if !warned {
-				w.log.Warn().Err(err).Msg("waiting for the work consumer (is the dispatcher running?)")
-				warned = true
-			}
+			waiting.warn(w.log, w.cfg.NC, err, time.Now())
 			select {
 			case <-time.After(w.cfg.ConsumerRetry):
 			case <-w.stopCh:
 			}
 			continue
 		}
-		warned = false
+		waiting = waitLog{}
 		ackWait := cons.CachedInfo().Config.AckWait
 		it, err := cons.Messages(jetstream.PullMaxMessages(1))
 		if err != nil {

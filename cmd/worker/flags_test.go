@@ -1,0 +1,68 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+)
+
+func workerArgs(t *testing.T, extra ...string) []string {
+	dir := t.TempDir()
+	return append([]string{
+		"--storage", "file://" + filepath.Join(dir, "data"), "--journal-dir", filepath.Join(dir, "journal"),
+		"--sandbox-dir", filepath.Join(dir, "sb"), "--agent-cmd", strings.Join(fleettest.AgentCommand(t), " "),
+	}, extra...)
+}
+
+// Settings that would fail later, or quietly mean something else, are
+// refused at start with a message naming the flag (exit 2).
+func TestWorkerRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--slots", "0"}, "--slots must be between 1 and 1024, not 0"},
+		{[]string{"--sandbox", "cloudflare"}, "--sandbox cloudflare needs --cf-bridge-url (env FLEET_CF_BRIDGE_URL)"},
+		{[]string{"--sandbox", "docker"}, `--sandbox must be local or cloudflare, not "docker"`},
+		{[]string{"--agent-cmd", "no-such-agent-on-path --flag"}, `--agent-cmd: "no-such-agent-on-path" is not an executable on PATH (install Claude Code`},
+	} {
+		code, _, errOut := fleettest.StartCommand(t, workerArgs(t, append(tc.args, "--nats-url", "nats://127.0.0.1:1")...)...).Wait(t)
+		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want)
+		require.NotContains(t, errOut, "waiting for NATS", "refused before connecting")
+	}
+	code, out, _ := fleettest.StartCommand(t, "--help").Wait(t)
+	require.Equal(t, 0, code)
+	_ = out
+}
+
+// A worker that cannot reach NATS says so with the URL instead of a vague
+// "waiting for the work consumer".
+func TestWorkerSaysItWaitsForNATS(t *testing.T) {
+	t.Parallel()
+	p := fleettest.StartCommand(t, workerArgs(t, "--nats-url", "nats://127.0.0.1:1", "--log-format", "console")...)
+	l := p.Expect(t, "waiting for NATS")
+	require.Contains(t, l, "nats_url=nats://127.0.0.1:1")
+	p.Signal(t, syscall.SIGTERM)
+	code, _, _ := p.Wait(t)
+	require.Equal(t, 0, code)
+}
+
+// At start the worker says how long it needs to stop; SIGTERM stops it.
+func TestWorkerPrintsShutdownGrace(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	p := fleettest.StartCommand(t, workerArgs(t, "--nats-url", f.Srv.ClientURL(), "--shutdown-grace", "20s", "--inbox-prefix", "_INBOX")...)
+	l := p.Expect(t, "terminationGracePeriodSeconds")
+	require.Contains(t, l, `"shutdown_grace":20000`)
+	require.Contains(t, l, "running jobs get 20s to finish, then are handed back: allow this worker 1m20s before SIGKILL (e.g. terminationGracePeriodSeconds: 80)")
+	p.Signal(t, syscall.SIGTERM)
+	code, _, _ := p.Wait(t)
+	require.Equal(t, 0, code)
+}
