@@ -18,6 +18,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/sandbox/bridgefake"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
@@ -254,4 +256,60 @@ func TestCLIWorkspace(t *testing.T) {
 	require.Equal(t, fleetcli.ExitOK, code)
 	code, _, errOut = runCLI(t, url, "", "diff", "plain")
 	require.Equal(t, fleetcli.ExitNotFound, code, errOut)
+}
+
+// TestWorkspaceTimeoutStillCaptures: a run stopped by options.timeout_s
+// still brings its work back.
+func TestWorkspaceTimeoutStillCaptures(t *testing.T) {
+	t.Parallel()
+	f, _ := fleetWithRunStarted(t)
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	one := 1
+	b, err := json.Marshal(protocol.Job{ID: "ws-timeout", Prompt: "/standin append=slow.txt sleep=1h",
+		Options: protocol.Options{TimeoutS: &one}, Workspace: &protocol.Workspace{Repo: repo.URL}})
+	require.NoError(t, err)
+	f.PublishJob("default", b, nil)
+	r := f.Follow("default", "ws-timeout", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Equal(t, protocol.CodeTimeout, r.Final.Error.Code)
+	require.NotNil(t, r.Final.Workspace)
+	require.Equal(t, 1, r.Final.Workspace.FilesChanged)
+	require.Equal(t, "slow.txt", artifactOf(t, f, "ws-timeout").Files[0].Path)
+}
+
+// TestWorkspaceOnCloudflareEndToEnd runs a workspace job through the whole
+// fleet on the Cloudflare provider against the Go fake of the bridge, whose
+// egress (like the Worker's) holds the git credentials: checkout and push
+// over HTTP basic auth, and the agent, which dumps its environment and
+// .git/config, never sees the token.
+func TestWorkspaceOnCloudflareEndToEnd(t *testing.T) {
+	t.Parallel()
+	const user, token = "cf-bot", "cf-T0KEN-feedbeef"
+	tmp := t.TempDir()
+	repo := workspacetest.NewRepo(t, tmp)
+	srv := workspacetest.Serve(t, tmp, user, token)
+	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://"+user+":"+token+"@", 1)))
+	require.NoError(t, err)
+	fake := bridgefake.New(t, bridgefake.Options{GitCredentials: creds})
+	cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: fake.URL(), Token: fake.Token(), HTTPClient: fake.Client()})
+	require.NoError(t, err)
+	t.Cleanup(cf.Close)
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Providers[protocol.SandboxCloudflare] = cf
+		c.DefaultSandbox = protocol.SandboxCloudflare
+	}})
+	fleettest.WaitReady(t, w.W)
+	submitWorkspaceJob(t, f, "ws-cf", agentWork+" dumpenv=1 cat=.git/config", protocol.Workspace{Repo: srv.URL + "/origin.git", Push: true})
+	r := f.Follow("default", "ws-cf", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	art := artifactOf(t, f, "ws-cf")
+	workspacetest.VerifyArtifact(t, context.Background(), f.Objects, repo, art, "default", "ws-cf")
+	require.True(t, art.Pushed, art.PushError)
+	require.Equal(t, art.EndSHA, workspacetest.Git(t, repo.Bare, "rev-parse", "refs/heads/fleet/default/ws-cf"))
+	transcript := string(f.Transcript(f.Objects, "default", "ws-cf"))
+	require.Contains(t, transcript, "[remote \\\"origin\\\"]")
+	for _, sec := range []string{token, base64.StdEncoding.EncodeToString([]byte(user + ":" + token))} {
+		require.NotContains(t, transcript, sec)
+	}
 }

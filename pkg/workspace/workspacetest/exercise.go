@@ -19,6 +19,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/storage/storagetest"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
@@ -55,6 +56,8 @@ func Exercise(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, f F
 		"PushAndRejectedPush":     s.testPush,
 		"CheckoutErrors":          s.testCheckoutErrors,
 		"CredentialsNeverVisible": s.testCredentials,
+		"CaptureFailures":         s.testCaptureFailures,
+		"PutOnlyStore":            s.testPutOnlyStore,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -197,6 +200,15 @@ func (s *suite) testCaptureEverything(t *testing.T) {
 	base, err := b.ws.Checkout(b.ctx, b.sb, spec(b.repo.URL, protocol.Workspace{}))
 	require.NoError(t, err)
 	DoAgentWork(t, b.ctx, b.sb)
+	// The agent gets its prompt on stdin, as the runner gives it; whatever
+	// the provider keeps for that (Cloudflare: .fleet/stdin-*) is not work.
+	p, err := b.sb.Start(b.ctx, sandbox.ProcSpec{ID: "agent-like", Argv: []string{"cat"}, Stdin: []byte("the prompt")})
+	require.NoError(t, err)
+	out, err := io.ReadAll(p.Stdout())
+	require.NoError(t, err)
+	require.Equal(t, "the prompt", string(out))
+	_, err = p.Wait(b.ctx)
+	require.NoError(t, err)
 	art, err := b.ws.Capture(b.ctx, b.sb, base)
 	require.NoError(t, err)
 	VerifyArtifact(t, b.ctx, b.store, b.repo, art, "acme", "q1")
@@ -413,6 +425,41 @@ func (s *suite) testCredentials(t *testing.T) {
 		}
 	}
 	require.Positive(t, srv.Requests())
+}
+
+func (s *suite) testCaptureFailures(t *testing.T) {
+	flaky := storagetest.NewFlaky(storagetest.NewMem())
+	b := s.setup(t, workspace.Config{Store: flaky})
+	base, err := b.ws.Checkout(b.ctx, b.sb, spec(b.repo.URL, protocol.Workspace{}))
+	require.NoError(t, err)
+	require.NoError(t, b.sb.WriteFile(b.ctx, "x.txt", []byte("x\n")))
+	// Storage down: the capture says so.
+	flaky.SetDown(true)
+	_, err = b.ws.Capture(b.ctx, b.sb, base)
+	require.ErrorIs(t, err, storage.ErrUnavailable)
+	// Back up, the work is still there to capture.
+	flaky.SetDown(false)
+	art, err := b.ws.Capture(b.ctx, b.sb, base)
+	require.NoError(t, err)
+	require.Equal(t, 1, art.FilesTotal)
+	// An agent that destroyed the repository: a clear error, no panic.
+	Run(t, b.ctx, b.sb, "rm", "-rf", ".git")
+	_, err = b.ws.Capture(b.ctx, b.sb, base)
+	require.ErrorContains(t, err, "workspace: capture")
+}
+
+// putOnly hides every optional ability of a store (streaming, create).
+type putOnly struct{ storage.Store }
+
+func (s *suite) testPutOnlyStore(t *testing.T) {
+	mem := storagetest.NewMem()
+	b := s.setup(t, workspace.Config{Store: putOnly{mem}})
+	base, err := b.ws.Checkout(b.ctx, b.sb, spec(b.repo.URL, protocol.Workspace{}))
+	require.NoError(t, err)
+	DoAgentWork(t, b.ctx, b.sb)
+	art, err := b.ws.Capture(b.ctx, b.sb, base)
+	require.NoError(t, err)
+	VerifyArtifact(t, b.ctx, mem, b.repo, art, "acme", "q1")
 }
 
 // scanTree fails if any file under dir contains one of secrets.
