@@ -38,6 +38,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		slots                        int
 		grace, resultGrace           time.Duration
 		agentEnv, jobEnvAllow        []string
+		otherSandboxes               []string
 		pprofAddr                    string
 		gitCreds                     string
 		wsAllowFile                  bool
@@ -47,6 +48,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
 	fs.StringVar(&agentCmd, "agent-cmd", "claude", "agent program and fixed leading args, split like a shell (never run by one) (env FLEET_AGENT_CMD)")
 	fs.StringVar(&sbName, "sandbox", "local", "default sandbox provider: local or cloudflare (env FLEET_SANDBOX)")
+	fs.StringSliceVar(&otherSandboxes, "other-sandboxes", nil, "providers this worker lacks that other workers of the fleet have: their jobs are handed back, not failed (env FLEET_OTHER_SANDBOXES)")
 	fs.IntVar(&slots, "slots", 4, "jobs run at once on this worker (env FLEET_SLOTS)")
 	fs.StringVar(&journalDir, "journal-dir", "./data/journal", "local journal directory (env FLEET_JOURNAL_DIR)")
 	fs.StringVar(&sbDir, "sandbox-dir", "./data/sandboxes", "where local sandboxes get their directories (env FLEET_SANDBOX_DIR)")
@@ -166,7 +168,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w, err := worker.New(worker.Config{
-		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName,
+		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName, OtherSandboxes: otherSandboxes,
 		Runner: runner, Journal: jl, Workspaces: workspaces, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
 		Metrics: worker.NewMetrics(reg, slots, jl.Backlog),
 	})

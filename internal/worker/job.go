@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,9 +55,9 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	}
 	log := w.log.With().Str("tenant", job.Tenant).Str("query_id", job.ID).Int("attempt", attempt).Logger()
 
-	provider := w.cfg.Providers[cmp.Or(job.Sandbox, w.cfg.DefaultSandbox)]
+	provider := w.providerFor(job)
 	if provider == nil {
-		// Another worker of the fleet may have this provider.
+		// Another worker of the fleet has this provider (Config.OtherSandboxes).
 		log.Warn().Str("sandbox", job.Sandbox).Msg("no such sandbox provider on this worker; handing the job back")
 		_ = msg.NakWithDelay(backoff(md.NumDelivered))
 		w.metrics.jobs.WithLabelValues("retried").Inc()

@@ -73,6 +73,12 @@ type Config struct {
 	Providers map[string]sandbox.Provider
 	// DefaultSandbox is the provider for jobs that name none. Defaults to "local".
 	DefaultSandbox string
+	// OtherSandboxes names providers that this worker lacks but other
+	// workers of the fleet have: a job for one of them is handed back (Nak)
+	// for them to take. A job for a provider neither here nor in this list
+	// fails at once (spawn_failed, saying which provider is missing) instead
+	// of being redelivered until max_deliveries. Defaults to none.
+	OtherSandboxes []string
 	// Runner runs the agent. Required.
 	Runner *agent.Runner
 	// Journal keeps every line before it is published. Required.
