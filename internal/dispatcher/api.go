@@ -189,6 +189,15 @@ func (s *Service) handleList(m *nats.Msg) {
 	if limit <= 0 || limit > 1000 {
 		limit = 50
 	}
+	if req.DeadLetters {
+		dls, err := s.listDeadLetters(ctx, req.Tenant, limit)
+		if err != nil {
+			reply(m, protocol.APIReply{Error: apiError(protocol.CodeInternal, err.Error())})
+			return
+		}
+		reply(m, protocol.APIReply{OK: true, DeadLetters: dls})
+		return
+	}
 	all, err := storage.ListStatus(ctx, s.cfg.Status, req.Tenant, 0)
 	if err != nil {
 		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInternal, err.Error())})

@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,7 +72,7 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 	}
 	dl.Header.Set(protocol.HeaderReason, protocol.CodeMaxDeliveries)
 	dl.Header.Set("Fleet-Deliveries", strconv.FormatUint(adv.Deliveries, 10))
-	dl.Header.Set("Fleet-Stream-Seq", strconv.FormatUint(adv.StreamSeq, 10))
+	dl.Header.Set(protocol.HeaderStreamSeq, strconv.FormatUint(adv.StreamSeq, 10))
 	dl.Header.Set(protocol.HeaderMsgID, "dlq-"+n.JobsStream()+"-"+strconv.FormatUint(adv.StreamSeq, 10))
 	if _, err := s.js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("copying job %d to the dead letters: %w", adv.StreamSeq, err)
@@ -130,4 +132,70 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, 
 		Result: &protocol.ResultSummary{Subtype: "error_during_execution", IsError: true, Synthetic: true, LastSeq: seq},
 	}
 	return s.publishJSON(ctx, n.QueryStatus(tenant, id), ev, "")
+}
+
+// listDeadLetters returns the newest limit dead letters (of tenant, or of
+// all tenants when tenant is ""), newest first.
+func (s *Service) listDeadLetters(ctx context.Context, tenant string, limit int) ([]protocol.DeadLetter, error) {
+	n := s.names
+	filter := n.DLQWildcard()
+	if tenant != "" {
+		filter = n.DLQ(tenant)
+	}
+	cons, err := s.js.OrderedConsumer(ctx, n.DLQStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, fmt.Errorf("reading the dead letters: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the dead letters: %w", err)
+	}
+	ring := make([]protocol.DeadLetter, 0, limit)
+	for left := info.NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("reading the dead letters: %w", err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			left = md.NumPending
+			dl := deadLetterOf(n, m, md)
+			if len(ring) == limit {
+				ring = append(ring[:0], ring[1:]...)
+			}
+			ring = append(ring, dl)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("reading the dead letters: %w", err)
+		}
+		if got == 0 {
+			break
+		}
+	}
+	slices.Reverse(ring)
+	return ring, nil
+}
+
+func deadLetterOf(n protocol.Names, m jetstream.Msg, md *jetstream.MsgMetadata) protocol.DeadLetter {
+	h := m.Headers()
+	data := m.Data()
+	dl := protocol.DeadLetter{
+		Seq: md.Sequence.Stream, At: md.Timestamp.UTC(),
+		Tenant: strings.TrimPrefix(m.Subject(), strings.TrimSuffix(n.DLQ("x"), "x")),
+		Reason: h.Get(protocol.HeaderReason), Error: h.Get(protocol.HeaderError),
+		Body: data[:min(len(data), protocol.DeadLetterBodyBytes)], Bytes: len(data),
+	}
+	dl.JobSeq, _ = strconv.ParseUint(h.Get(protocol.HeaderStreamSeq), 10, 64)
+	if id, _ := protocol.ProbeIdentity(h.Get(protocol.HeaderContentType), data); protocol.ValidID(id) {
+		dl.ID = id
+	}
+	if dl.Error == "" && dl.Reason == protocol.CodeMaxDeliveries {
+		dl.Error = "delivered " + h.Get("Fleet-Deliveries") + " times without finishing"
+	}
+	return dl
 }

@@ -114,6 +114,15 @@ func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, att
 		reason = reason[:512]
 	}
 	w.log.Warn().Str("tenant", tenant).Str("query_id", id).Str("reason", reason).Msg("invalid job; terminating it")
+	dctx, dcancel := context.WithTimeout(context.Background(), apiTimeout)
+	err := w.deadLetter(dctx, msg, tenant, reason)
+	dcancel()
+	if err != nil {
+		// Terminated now, it would be lost: keep it until it can be copied.
+		w.log.Error().Err(err).Msg("dead-lettering an invalid job; it stays queued")
+		_ = msg.NakWithDelay(backoff(uint64(attempt)))
+		return
+	}
 	if err := msg.TermWithReason(reason); err != nil {
 		w.log.Error().Err(err).Msg("terminating an invalid job")
 	}

@@ -166,6 +166,8 @@ type APIReply struct {
 	Status  *StatusEvent  `json:"status,omitempty" msgpack:"status,omitempty"`
 	Queries []StatusEvent `json:"queries,omitempty" msgpack:"queries,omitempty"`
 	Error   *ErrorInfo    `json:"error,omitempty" msgpack:"error,omitempty"`
+	// DeadLetters answers a ListRequest with DeadLetters set, newest first.
+	DeadLetters []DeadLetter `json:"dead_letters,omitempty" msgpack:"dead_letters,omitempty"`
 }
 
 // ListRequest asks the dispatcher for recent queries.
@@ -173,4 +175,7 @@ type ListRequest struct {
 	Tenant string `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 	State  State  `json:"state,omitempty" msgpack:"state,omitempty"`
 	Limit  int    `json:"limit,omitempty" msgpack:"limit,omitempty"`
+	// DeadLetters lists the dead-letter stream instead of queries (State
+	// does not apply).
+	DeadLetters bool `json:"dead_letters,omitempty" msgpack:"dead_letters,omitempty"`
 }
