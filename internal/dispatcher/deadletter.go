@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,59 +133,43 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, 
 	return s.publishJSON(ctx, n.QueryStatus(tenant, id), ev, "")
 }
 
+// deadLetterScan bounds how many dead letters one listing reads (a tenant
+// filter skips other tenants' ones).
+const deadLetterScan = 10000
+
 // listDeadLetters returns the newest limit dead letters (of tenant, or of
-// all tenants when tenant is ""), newest first.
+// all tenants when tenant is ""), newest first. It reads the stream
+// backwards message by message: no consumer is created.
 func (s *Service) listDeadLetters(ctx context.Context, tenant string, limit int) ([]protocol.DeadLetter, error) {
 	n := s.names
-	filter := n.DLQWildcard()
-	if tenant != "" {
-		filter = n.DLQ(tenant)
-	}
-	cons, err := s.js.OrderedConsumer(ctx, n.DLQStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	st, err := s.js.Stream(ctx, n.DLQStream())
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters: %w", err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the dead letters: %w", err)
-	}
-	ring := make([]protocol.DeadLetter, 0, limit)
-	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+	state := st.CachedInfo().State
+	out := make([]protocol.DeadLetter, 0, min(limit, int(state.Msgs)))
+	for seq, scanned := state.LastSeq, 0; seq >= state.FirstSeq && seq > 0 && len(out) < limit && scanned < deadLetterScan; seq, scanned = seq-1, scanned+1 {
+		raw, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("reading the dead letters: %w", err)
+			return nil, fmt.Errorf("reading dead letter %d: %w", seq, err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			left = md.NumPending
-			dl := deadLetterOf(n, m, md)
-			if len(ring) == limit {
-				ring = append(ring[:0], ring[1:]...)
-			}
-			ring = append(ring, dl)
+		if tenant != "" && raw.Subject != n.DLQ(tenant) {
+			continue
 		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("reading the dead letters: %w", err)
-		}
-		if got == 0 {
-			break
-		}
+		out = append(out, deadLetterOf(n, raw))
 	}
-	slices.Reverse(ring)
-	return ring, nil
+	return out, nil
 }
 
-func deadLetterOf(n protocol.Names, m jetstream.Msg, md *jetstream.MsgMetadata) protocol.DeadLetter {
-	h := m.Headers()
-	data := m.Data()
+func deadLetterOf(n protocol.Names, m *jetstream.RawStreamMsg) protocol.DeadLetter {
+	h := m.Header
+	data := m.Data
 	dl := protocol.DeadLetter{
-		Seq: md.Sequence.Stream, At: md.Timestamp.UTC(),
-		Tenant: strings.TrimPrefix(m.Subject(), strings.TrimSuffix(n.DLQ("x"), "x")),
+		Seq: m.Sequence, At: m.Time.UTC(),
+		Tenant: strings.TrimPrefix(m.Subject, strings.TrimSuffix(n.DLQ("x"), "x")),
 		Reason: h.Get(protocol.HeaderReason), Error: h.Get(protocol.HeaderError),
 		Body: data[:min(len(data), protocol.DeadLetterBodyBytes)], Bytes: len(data),
 	}

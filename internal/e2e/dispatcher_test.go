@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -36,10 +38,13 @@ func TestStartOrderDoesNotMatter(t *testing.T) {
 func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{MaxDeliver: 2})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.OtherSandboxes = []string{protocol.SandboxCloudflare}
+	}})
 	fleettest.WaitReady(t, w.W)
-	// This worker has no cloudflare provider, so it hands the job back each
-	// time (an infrastructure failure) until MaxDeliver is reached.
+	// This worker has no cloudflare provider but is told another worker
+	// has, so it hands the job back each time (no such worker comes) until
+	// MaxDeliver is reached.
 	body, _ := json.Marshal(protocol.Job{ID: "dead-1", Prompt: "x", Sandbox: protocol.SandboxCloudflare})
 	f.PublishJob("default", body, nil)
 	r := f.Follow("default", "dead-1", wait)
@@ -58,6 +63,12 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(body), string(m.Data))
 	require.Equal(t, protocol.CodeMaxDeliveries, m.Header.Get(protocol.HeaderReason))
+	// ...where ls --dlq shows it.
+	code, out, errOut := runCLI(t, f.Srv.ClientURL(), "", "ls", "--dlq")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, out, "dead-1")
+	require.Contains(t, out, "max_deliveries")
+	require.Contains(t, out, "delivered 2 times without finishing")
 	// ...and removed from the work queue, where it would otherwise stay.
 	jobs, err := f.JS.Stream(ctx, f.Names.JobsStream())
 	require.NoError(t, err)

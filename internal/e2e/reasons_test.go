@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -56,4 +59,85 @@ func TestJobNoWorkerCanRunFailsAtOnceWithItsReason(t *testing.T) {
 	}})
 	fleettest.WaitReady(t, remote.W)
 	require.Equal(t, protocol.StateSucceeded, g.Follow("default", "elsewhere", wait).Final.State)
+}
+
+// A job body nobody can read (not JSON; JSON without an id) is terminated
+// once and lands in the dead-letter stream with its reason, where
+// `dispatcher ls --dlq` shows it (issue 8.6).
+func TestUnreadableJobsAreDeadLetteredAndListed(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	url := f.Srv.ClientURL()
+
+	f.PublishJob("acme", []byte("this is not json"), nil)
+	f.PublishJob("acme", []byte(`{"prompt":"no id here"}`), nil)
+	f.SubmitJSON("acme", "fine-after", "x") // nothing wedges
+	require.Equal(t, protocol.StateSucceeded, f.Follow("acme", "fine-after", wait).Final.State)
+
+	var dls []protocol.DeadLetter
+	fleettest.Eventually(t, wait, func() bool {
+		code, out, errOut := runCLI(t, url, "", "ls", "--dlq", "--tenant", "acme", "--json")
+		require.Equal(t, fleetcli.ExitOK, code, errOut)
+		require.NoError(t, json.Unmarshal([]byte(out), &dls))
+		return len(dls) == 2
+	}, "two dead letters")
+	// Newest first.
+	require.Equal(t, `{"prompt":"no id here"}`, string(dls[0].Body))
+	require.Equal(t, "this is not json", string(dls[1].Body))
+	for _, d := range dls {
+		require.Equal(t, "acme", d.Tenant)
+		require.Equal(t, protocol.CodeInvalidJob, d.Reason)
+		require.NotEmpty(t, d.Error, "the reason in words")
+		require.NotZero(t, d.JobSeq)
+	}
+	require.Contains(t, dls[0].Error, "id")
+
+	code, out, errOut := runCLI(t, url, "", "ls", "--dlq", "-A")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, out, "REASON")
+	require.Contains(t, out, "invalid_job")
+	require.Contains(t, out, `"this is not json"`)
+	code, _, _ = runCLI(t, url, "", "ls", "--dlq", "--state", "failed")
+	require.Equal(t, fleetcli.ExitUsage, code)
+
+	js, err := f.JS.Stream(context.Background(), f.Names.JobsStream())
+	require.NoError(t, err)
+	info, err := js.Info(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "nothing left in the work queue")
+}
+
+// The agent's stderr is the reason when it exits without a result (Claude
+// Code refusing --dangerously-skip-permissions as root): submit --follow
+// and status show it, and the failed status's message quotes its last line
+// (issue 8.6).
+func TestAgentStderrReachesFollowAndStatus(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	url := f.Srv.ClientURL()
+	const said = "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons"
+	prompt := "/standin say=starting say=" + strings.ReplaceAll(said, " ", "_") + " noresult=1 exit=1"
+
+	code, out, errOut := runCLI(t, url, "", "submit", "--id", "stderr-1", "--follow", prompt)
+	require.Equal(t, fleetcli.ExitFailed, code, errOut)
+	require.Contains(t, out, "✗ failed (worker: process_exit)")
+	require.Contains(t, out, "agent stderr:\n  | starting\n  | "+said+"\n")
+	require.Contains(t, out, "[status] failed · attempt 1")
+	require.Contains(t, out, "stderr: "+said, "the [status] line quotes it too")
+
+	code, out, errOut = runCLI(t, url, "", "status", "stderr-1", "--json=false")
+	require.Equal(t, fleetcli.ExitFailed, code, errOut)
+	require.Contains(t, out, "error: process_exit: ")
+	require.Contains(t, out, "agent stderr:\n  | starting\n  | "+said+"\n")
+
+	code, out, errOut = runCLI(t, url, "", "status", "stderr-1")
+	require.Equal(t, fleetcli.ExitFailed, code, errOut)
+	var ev protocol.StatusEvent
+	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.Equal(t, "starting\n"+said+"\n", ev.Result.StderrTail)
+	require.Contains(t, ev.Error.Message, "stderr: "+said)
 }

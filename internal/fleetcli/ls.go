@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +29,7 @@ type lsCmd struct {
 	state      string
 	limit      int
 	asJSON     bool
+	dlq        bool
 }
 
 func (c *lsCmd) Help() Help {
@@ -35,10 +38,16 @@ func (c *lsCmd) Help() Help {
 		Summary: "list recent queries of a tenant (or of all tenants with -A)",
 		Description: `Lists the newest queries first with their state, attempt, worker, run
 duration, cost and error code. --json prints the status events as a JSON
-array instead.`,
+array instead.
+
+--dlq lists the dead-letter stream instead, newest first: jobs a worker
+terminated as invalid (reason invalid_job; a body that is not JSON or has no
+id is only here) and jobs redelivered too often (max_deliveries), with the
+reason in words and the start of the body. --json prints them as JSON.`,
 		Examples: `dispatcher ls
 dispatcher ls --tenant acme --state failed
-dispatcher ls -A --limit 200 --json | jq -r '.[] | select(.state=="running") | .id'`,
+dispatcher ls -A --limit 200 --json | jq -r '.[] | select(.state=="running") | .id'
+dispatcher ls --dlq -A        # dead letters: jobs no worker could read or finish, with why`,
 	}
 }
 
@@ -48,6 +57,7 @@ func (c *lsCmd) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.state, "state", "", "only queries in this state: queued, running, retrying, succeeded, failed, cancelled")
 	fs.IntVar(&c.limit, "limit", 50, "at most this many (1-1000)")
 	fs.BoolVar(&c.asJSON, "json", false, "print the status events as a JSON array")
+	fs.BoolVar(&c.dlq, "dlq", false, "list dead letters (invalid or undeliverable jobs) instead of queries")
 }
 
 func (c *lsCmd) Validate(fs *pflag.FlagSet) error {
@@ -61,6 +71,9 @@ func (c *lsCmd) Validate(fs *pflag.FlagSet) error {
 		if err := validTenant(c.tenant); err != nil {
 			return err
 		}
+	}
+	if c.dlq && c.state != "" {
+		return errors.New("--state does not apply to --dlq")
 	}
 	if c.state != "" && !slices.Contains(states, protocol.State(c.state)) {
 		return fmt.Errorf("--state %q: want one of %v", c.state, states)
@@ -76,7 +89,7 @@ func (c *lsCmd) Run(ctx context.Context, e *Env) int {
 	if cl == nil {
 		return code
 	}
-	req := protocol.ListRequest{State: protocol.State(c.state), Limit: c.limit}
+	req := protocol.ListRequest{State: protocol.State(c.state), Limit: c.limit, DeadLetters: c.dlq}
 	if !c.allTenants {
 		req.Tenant = c.tenant
 	}
@@ -88,6 +101,9 @@ func (c *lsCmd) Run(ctx context.Context, e *Env) int {
 	}
 	if r.Error != nil {
 		return replyError(e.Err, r.Error)
+	}
+	if c.dlq {
+		return printDeadLetters(e, r.DeadLetters, c.asJSON)
 	}
 	if c.asJSON {
 		qs := r.Queries
@@ -114,4 +130,33 @@ func (c *lsCmd) Run(ctx context.Context, e *Env) int {
 	}
 	_ = tw.Flush()
 	return ExitOK
+}
+
+// printDeadLetters prints ls --dlq.
+func printDeadLetters(e *Env, dls []protocol.DeadLetter, asJSON bool) int {
+	if asJSON {
+		if dls == nil {
+			dls = []protocol.DeadLetter{}
+		}
+		b, _ := json.MarshalIndent(dls, "", "  ")
+		fmt.Fprintln(e.Out, string(b))
+		return ExitOK
+	}
+	tw := tabwriter.NewWriter(e.Out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTENANT\tID\tAT\tREASON\tERROR\tBODY")
+	for _, d := range dls {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Tenant, cmpStr(d.ID, "-"), d.At.Local().Format(time.DateTime),
+			d.Reason, oneLine(cmpStr(d.Error, "-"), 120), oneLine(strconv.Quote(string(d.Body)), 60))
+	}
+	_ = tw.Flush()
+	return ExitOK
+}
+
+// oneLine shortens s to at most n runes on one line.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/agentfleet/agentfleet/internal/render"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -83,6 +84,9 @@ func summary(w io.Writer, ev *protocol.StatusEvent) {
 	}
 	if ev.Error != nil {
 		fmt.Fprintf(w, "error: %s: %s\n", ev.Error.Code, ev.Error.Message)
+	}
+	if ev.Result != nil && ev.Result.StderrTail != "" {
+		(&render.Printer{W: w}).StderrTail(ev.Result.StderrTail)
 	}
 	for k, v := range ev.Metadata {
 		fmt.Fprintf(w, "meta %s=%s\n", k, v)

@@ -145,6 +145,32 @@ func (p *Printer) result(msg protocol.Message) {
 	if r.Result != nil && *r.Result != "" && len(r.Errors) == 0 {
 		fmt.Fprintf(p.W, "  %s\n", clip(*r.Result, 500))
 	}
+	if r.XFleet != nil {
+		p.StderrTail(r.XFleet.StderrTail)
+	}
+}
+
+// stderrLines is how many of the last lines of the agent's stderr
+// StderrTail shows.
+const stderrLines = 12
+
+// StderrTail shows the last lines of the agent's stderr, when there are any:
+// why a run that ended without a result of its own failed.
+func (p *Printer) StderrTail(tail string) {
+	tail = strings.TrimRight(tail, "\n\r\t ")
+	if strings.TrimSpace(tail) == "" {
+		return
+	}
+	lines := strings.Split(tail, "\n")
+	head := "  agent stderr:"
+	if len(lines) > stderrLines {
+		lines = lines[len(lines)-stderrLines:]
+		head = fmt.Sprintf("  agent stderr (last %d lines):", stderrLines)
+	}
+	fmt.Fprintln(p.W, p.paint(red, head))
+	for _, l := range lines {
+		fmt.Fprintf(p.W, "  %s %s\n", p.paint(dim, "|"), clip(strings.TrimRight(l, "\r"), 300))
+	}
 }
 
 // outcome names how an error result ended: the worker's reason for a

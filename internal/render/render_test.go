@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,4 +44,26 @@ func TestColor(t *testing.T) {
 	(&Printer{W: &col, Color: true}).Status(ev)
 	require.Equal(t, "[status] failed · attempt 1\n", plain.String())
 	require.Equal(t, "\x1b[31m[status] failed · attempt 1\x1b[0m\n", col.String())
+}
+
+// The agent's stderr tail of a synthetic result is shown: it is often the
+// only reason there is (issue 8.6).
+func TestSyntheticResultShowsStderrTail(t *testing.T) {
+	t.Parallel()
+	code := 1
+	stderr := "warming up\n" + strings.Repeat("noise\n", 20) +
+		"Error: --dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons\n"
+	line := protocol.SyntheticResult(protocol.SyntheticInput{Reason: protocol.ReasonProcessExit, ExitCode: &code, StderrTail: stderr})
+	var b bytes.Buffer
+	(&Printer{W: &b}).Line(line)
+	out := b.String()
+	require.Contains(t, out, "✗ failed (worker: process_exit)")
+	require.Contains(t, out, "agent stderr (last 12 lines):\n")
+	require.Contains(t, out, "  | Error: --dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons\n")
+	require.NotContains(t, out, "warming up", "only the last lines")
+	require.Equal(t, 12, strings.Count(out, "  | "))
+
+	b.Reset()
+	(&Printer{W: &b}).Line(protocol.SyntheticResult(protocol.SyntheticInput{Reason: protocol.ReasonProcessExit, ExitCode: &code}))
+	require.NotContains(t, b.String(), "stderr", "nothing when stderr was empty")
 }

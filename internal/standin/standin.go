@@ -24,6 +24,7 @@
 //	delay=D      sleep D (Go duration) between lines
 //	sleep=D      sleep D before the result
 //	stderr=B     write B bytes to stderr first
+//	say=TEXT     write the line TEXT ('_' for ' ') to stderr first (repeatable)
 //	noresult=1   exit without a result
 //	exit=N       exit code (default 0; with a result, 1 when is_error)
 //	error=1      the result has is_error:true
@@ -126,6 +127,7 @@ type directives struct {
 	exitSet                                 bool
 	files                                   []fileOp
 	prefix                                  []string // see selfArgs
+	say                                     []string
 }
 
 // fileOp is one file directive.
@@ -149,6 +151,8 @@ func parseDirectives(prompt string) (directives, error) {
 			d.big, err = strconv.Atoi(v)
 		case "stderr":
 			d.stderr, err = strconv.Atoi(v)
+		case "say":
+			d.say = append(d.say, strings.ReplaceAll(v, "_", " "))
 		case "exit":
 			d.exit, err = strconv.Atoi(v)
 			d.exitSet = true
@@ -188,6 +192,9 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 	start := time.Now()
 	session := uuid()
 	cwd, _ := os.Getwd()
+	for _, l := range d.say {
+		fmt.Fprintln(stderr, l)
+	}
 	if d.stderr > 0 {
 		_, _ = stderr.Write([]byte(strings.Repeat("e", d.stderr)))
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -626,8 +627,15 @@ func terminalStatus(out agent.Outcome) protocol.StatusEvent {
 	} else if r.Result != nil && *r.Result != "" {
 		msg = *r.Result
 	}
+	if x := r.XFleet; x != nil && x.StderrTail != "" {
+		// Often the whole story, e.g. a flag the agent refused.
+		sum.StderrTail = protocol.StatusStderrTail(x.StderrTail)
+		if last := protocol.StderrLastLine(x.StderrTail); last != "" {
+			msg += " · stderr: " + last
+		}
+	}
 	if len(msg) > 1024 {
-		msg = msg[:1024]
+		msg = strings.ToValidUTF8(msg[:1024], "")
 	}
 	ev.Error = &protocol.ErrorInfo{Code: code, Message: msg}
 	return ev

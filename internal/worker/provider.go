@@ -39,6 +39,12 @@ type missingProvider struct {
 func (m missingProvider) Name() string { return m.name }
 
 func (m missingProvider) Create(context.Context, sandbox.Spec) (sandbox.Sandbox, error) {
-	return nil, fmt.Errorf("%w: sandbox %q is not configured on this worker (it has %s) and no other worker of the fleet is declared to have it (worker --other-sandboxes)",
-		sandbox.ErrInvalid, m.name, strings.Join(m.have, ", "))
+	return nil, errMissingProvider{fmt.Sprintf("sandbox %q is not configured on this worker (it has %s) and no other worker of the fleet is declared to have it (worker --other-sandboxes)",
+		m.name, strings.Join(m.have, ", "))}
 }
+
+// errMissingProvider is a sandbox.ErrInvalid whose message is only its own.
+type errMissingProvider struct{ msg string }
+
+func (e errMissingProvider) Error() string        { return e.msg }
+func (e errMissingProvider) Is(target error) bool { return target == sandbox.ErrInvalid }

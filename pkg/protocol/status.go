@@ -63,7 +63,17 @@ type ResultSummary struct {
 	Synthetic    bool            `json:"synthetic,omitempty" msgpack:"synthetic,omitempty"`
 	Lines        uint64          `json:"lines,omitempty" msgpack:"lines,omitempty"`
 	LastSeq      uint64          `json:"last_seq,omitempty" msgpack:"last_seq,omitempty"`
+	// StderrTail is the end (at most MaxStatusStderrTail bytes) of the
+	// agent's stderr when the run ended without a result of its own: what
+	// the synthetic result's x_fleet.stderr_tail holds, often the whole
+	// story (for example "--dangerously-skip-permissions cannot be used
+	// with root/sudo privileges").
+	StderrTail string `json:"stderr_tail,omitempty" msgpack:"stderr_tail,omitempty"`
 }
+
+// MaxStatusStderrTail is the most of the agent's stderr a status event
+// carries (the synthetic result on the stream carries up to MaxStderrTail).
+const MaxStatusStderrTail = 2 << 10
 
 // StatusEvent is published on <prefix>.query.<tenant>.<id>.status and kept as
 // the query's status record in storage.
