@@ -14,6 +14,10 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
+// checkoutTimeout bounds a workspace checkout; one that runs out is a
+// transient failure (retried).
+const checkoutTimeout = 30 * time.Minute
+
 // captureTimeout bounds a workspace capture (commit, diff, bundle, store, push).
 const captureTimeout = 10 * time.Minute
 
@@ -30,7 +34,9 @@ func (q *query) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.Emi
 		out, err = q.syntheticEnd(emit, protocol.ReasonWorkspaceCheckout, "worker: "+errNoWorkspaces.Error())
 		return base, out, false, err
 	}
-	base, err = ws.Checkout(ctx, sb, workspace.Spec{Tenant: job.Tenant, ID: job.ID, Workspace: *job.Workspace})
+	cctx, cancel := context.WithTimeout(ctx, checkoutTimeout)
+	base, err = ws.Checkout(cctx, sb, workspace.Spec{Tenant: job.Tenant, ID: job.ID, Workspace: *job.Workspace})
+	cancel()
 	switch {
 	case err == nil:
 		q.statusAsync(protocol.StatusEvent{State: protocol.StateRunning, Workspace: &protocol.WorkspaceStatus{StartSHA: base.StartSHA}})

@@ -50,6 +50,10 @@ var hardening = []string{
 	"-c", "gc.auto=0",
 	"-c", "maintenance.auto=false",
 	"-c", "init.defaultBranch=fleet-init",
+	// A remote that stalls (under 1 KB/s for a minute) ends the transfer:
+	// a transient error, retried, rather than a slot held forever.
+	"-c", "http.lowSpeedLimit=1000",
+	"-c", "http.lowSpeedTime=60",
 }
 
 // authScript runs git with one extra config entry whose value is read from

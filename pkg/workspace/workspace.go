@@ -251,7 +251,14 @@ func (w *Workspaces) Capture(ctx context.Context, sb sandbox.Sandbox, base Base)
 	if err != nil {
 		return a, err
 	}
-	if end != base.StartSHA {
+	// No bundle when the branch gained nothing over start_sha (nothing
+	// changed, or the agent only moved it back to an ancestor, which
+	// start_sha's history already holds): git refuses an empty bundle.
+	r, err = w.git(ctx, sb, gitCall{step: "ancestor", args: []string{"merge-base", "--is-ancestor", end, base.StartSHA}})
+	if err != nil {
+		return a, fmt.Errorf("workspace: capture: %w", err)
+	}
+	if r.code != 0 {
 		a.BundleKey = storage.BundleKey(spec.Tenant, spec.ID)
 		a.BundleBytes, err = w.storeOutput(ctx, sb, a.BundleKey, gitCall{step: "bundle",
 			args: []string{"bundle", "create", "-q", "-", "refs/heads/" + base.Branch, "^" + base.StartSHA}})

@@ -58,6 +58,8 @@ func Exercise(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, f F
 		"CredentialsNeverVisible": s.testCredentials,
 		"CaptureFailures":         s.testCaptureFailures,
 		"PutOnlyStore":            s.testPutOnlyStore,
+		"ManyFilesTruncated":      s.testManyFiles,
+		"BranchMovedBack":         s.testMovedBack,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -460,6 +462,39 @@ func (s *suite) testPutOnlyStore(t *testing.T) {
 	art, err := b.ws.Capture(b.ctx, b.sb, base)
 	require.NoError(t, err)
 	VerifyArtifact(t, b.ctx, mem, b.repo, art, "acme", "q1")
+}
+
+func (s *suite) testManyFiles(t *testing.T) {
+	b := s.setup(t, workspace.Config{})
+	base, err := b.ws.Checkout(b.ctx, b.sb, spec(b.repo.URL, protocol.Workspace{}))
+	require.NoError(t, err)
+	n := protocol.MaxArtifactFiles + 5
+	Run(t, b.ctx, b.sb, "sh", "-c", "mkdir many && i=0; while [ $i -lt "+strconv.Itoa(n)+" ]; do echo $i > many/f$i; i=$((i+1)); done")
+	art, err := b.ws.Capture(b.ctx, b.sb, base)
+	require.NoError(t, err)
+	require.Equal(t, n, art.FilesTotal)
+	require.Len(t, art.Files, protocol.MaxArtifactFiles)
+	require.True(t, art.Truncated)
+	require.Equal(t, n, art.Additions, "totals count every file, listed or not")
+}
+
+// testMovedBack: an agent that only reset the branch to an older commit;
+// the diff reverts to it, and there is no bundle to make (git refuses an
+// empty one), which is not an error.
+func (s *suite) testMovedBack(t *testing.T) {
+	b := s.setup(t, workspace.Config{})
+	zero := 0
+	base, err := b.ws.Checkout(b.ctx, b.sb, spec(b.repo.URL, protocol.Workspace{Depth: &zero}))
+	require.NoError(t, err)
+	Run(t, b.ctx, b.sb, "git", "reset", "-q", "--hard", "HEAD~1")
+	art, err := b.ws.Capture(b.ctx, b.sb, base)
+	require.NoError(t, err)
+	require.NotEqual(t, art.StartSHA, art.EndSHA)
+	require.Equal(t, 1, art.FilesTotal)
+	require.Empty(t, art.BundleKey)
+	diff, err := b.store.Get(b.ctx, art.DiffKey)
+	require.NoError(t, err)
+	require.Contains(t, string(diff), "-More words.")
 }
 
 // scanTree fails if any file under dir contains one of secrets.
