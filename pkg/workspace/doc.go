@@ -32,7 +32,9 @@
 // end_sha, which git apply applies to start_sha) and the bundle (git bundle
 // create of the branch with ^start_sha, so start_sha is its prerequisite),
 // both streamed into the Store under queries/<tenant>/<id>/workspace/. A
-// run that changed nothing has an empty diff and no bundle. The push
+// run that changed nothing has an empty diff and no bundle, and so does one
+// whose branch only moved back to an ancestor of start_sha (git refuses an
+// empty bundle). The push
 // happens last, so a rejected push (Artifact.PushError) loses nothing.
 //
 // # Credentials
