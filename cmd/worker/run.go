@@ -113,7 +113,9 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 
 	jl, err := journal.New(journal.Config{
 		Dir: journalDir, Store: objects, Logger: &log,
-		LargeLineBytes: int(nc.MaxPayload()) - 1024,
+		// The server's max payload is known only once connected; the
+		// worker may start before its server does.
+		LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
 		AssembleFunc: func(ctx context.Context, tenant, id string) error {
 			return storage.AssembleTranscript(ctx, objects, tenant, id)
 		},

@@ -107,8 +107,12 @@ func New(t testing.TB, o Opts) *Fleet {
 	}
 	connect := o.Connect
 	if connect == nil {
-		connect = func(t testing.TB, _ string) *nats.Conn {
-			nc, _ := natstest.Connect(t, srv)
+		connect = func(t testing.TB, role string) *nats.Conn {
+			var opts []nats.Option
+			if role == "worker" {
+				opts = append(opts, nats.ReconnectBufSize(-1)) // as cmd/worker
+			}
+			nc, _ := natstest.Connect(t, srv, opts...)
 			return nc
 		}
 	}
@@ -166,7 +170,7 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	}
 	jdir := t.TempDir()
 	jl, err := journal.New(journal.Config{
-		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytes: int(nc.MaxPayload()) - 1024,
+		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
 		RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		AssembleFunc: func(ctx context.Context, tenant, id string) error {
 			return storage.AssembleTranscript(ctx, store, tenant, id)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -74,7 +75,7 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	defer stopHB()
 	hb.Go(func() { w.heartbeat(hbCtx, msg, ackWait) })
 
-	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded}
+	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded, ackWait: ackWait}
 	q.run(provider, env)
 }
 
@@ -186,6 +187,9 @@ type query struct {
 	wsStatus *protocol.WorkspaceStatus
 	// runEnded frees the worker slot once the agent has exited.
 	runEnded func()
+	ackWait  time.Duration
+	// fw publishes this attempt's statuses through the fence (set by claim).
+	fw *fence.Writer
 }
 
 func (q *query) run(provider sandbox.Provider, env map[string]string) {
@@ -209,41 +213,46 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		}
 	}()
 
-	if q.attempt > 1 {
-		// Announces the new attempt before anything else: an older attempt
-		// still running somewhere sees it and stops relaying (fencing).
-		q.status(ctx, protocol.StatusEvent{State: protocol.StateRetrying})
-	}
-
-	// Where the previous attempt (if any) stopped, and whether a cancel is
-	// already on record for this query.
-	lastSeq, cancelled, err := q.history(ctx, q.queuedAt())
-	if err != nil {
-		q.retry(fmt.Errorf("reading the query's history: %w", err), "")
+	// Claim the query (package fence): the first status of this attempt is
+	// a compare-and-set on the query's last status, and from then on no
+	// older attempt can store a line or a status. Bounded, so a worker that
+	// cannot reach the stream hands the job back instead of holding it.
+	sctx, cancelStart := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
+	defer cancelStart()
+	base, cancelled, verdict, err := q.claim(sctx)
+	switch {
+	case err != nil:
+		q.retry(fmt.Errorf("claiming the query: %w", err), "")
+		return
+	case verdict == fence.Finished:
+		q.log.Warn().Msg("the job already has its terminal status; acking it without running it again")
+		q.ack(ctx)
+		w.metrics.jobs.WithLabelValues("duplicate").Inc()
+		return
+	case verdict == fence.Superseded:
+		w.metrics.jobs.WithLabelValues("fenced").Inc()
+		q.log.Warn().Msg("a later attempt or a newer submission owns this query; not running it")
 		return
 	}
+	cancelStart()
 
 	jl, err := w.cfg.Journal.Open(job.Tenant, job.ID, q.attempt)
 	if err != nil {
 		q.retry(fmt.Errorf("opening the journal: %w", err), "")
 		return
 	}
-	rel := newRelay(&relay{
-		js: w.js, subject: w.names.QueryMsg(job.Tenant, job.ID), tenant: job.Tenant, id: job.ID,
-		attempt: q.attempt, maxPayload: w.maxPayload, journal: jl, metrics: w.metrics, log: q.log,
-		window: w.cfg.PublishWindow, maxQueued: w.cfg.QueueBytes, seq: lastSeq, fenced: q.fenced.Load,
-	})
-	if q.attempt > 1 {
-		// A fenced older attempt may still have had a line in flight when
-		// the history was read; by this attempt's first line (the agent has
-		// to start first) it has landed, so look once more.
-		rel.rebase = func() (uint64, error) {
-			rctx, cancel := context.WithTimeout(ctx, apiTimeout)
-			defer cancel()
-			seq, _, err := q.history(rctx, q.queuedAt())
-			return seq, err
-		}
+	window := w.cfg.PublishWindow
+	if w.queriesReplicated(ctx) {
+		// A replicated stream rejects a second line checked against the
+		// status subject while the first is still being proposed.
+		window = 1
 	}
+	rel := newRelay(&relay{
+		js: w.js, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
+		tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.lineLimit(), journal: jl,
+		metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
+		fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,
+	})
 	rel.start(ctx)
 	emit := func(l agent.Line) error { return rel.emit(l.Raw) }
 
@@ -252,11 +261,8 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	if cancelled {
 		out, runErr = q.cancelledBeforeStart(emit)
 	} else {
-		// Not waited for: it goes out on the same connection ahead of
-		// everything that follows, and a failure is only logged.
-		if job.Workspace == nil { // else "running" follows the checkout, with its start_sha
-			q.statusAsync(protocol.StatusEvent{State: protocol.StateRunning})
-		}
+		// "running" went out with the claim, except for a workspace job:
+		// there it follows the checkout, with its start_sha.
 		out, runErr = q.execute(runCtx, provider, env, emit)
 	}
 	q.runEnded()
@@ -330,10 +336,20 @@ type journalCloser interface {
 // the status, then the ack.
 func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started time.Time) {
 	w := q.w
-	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The status is published only once every line of the attempt is
+	// stored: if they cannot all be, the job is handed back and the next
+	// attempt continues after what is stored.
+	fctx, cancel := context.WithTimeout(context.Background(), w.cfg.FlushTimeout)
 	defer cancel()
 	if err := rel.flush(fctx); err != nil {
-		q.log.Error().Err(err).Msg("flushing the run's messages")
+		_ = jl.Close(false)
+		if errors.Is(err, errFenced) {
+			w.metrics.jobs.WithLabelValues("fenced").Inc()
+			q.log.Warn().Msg("fenced while flushing: a later attempt or another writer owns the query")
+			return
+		}
+		q.retry(fmt.Errorf("not every line reached the stream: %w", err), "")
+		return
 	}
 	if err := jl.Close(true); err != nil {
 		q.log.Error().Err(err).Msg("closing the journal")
@@ -343,24 +359,120 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 	ev.Result.LastSeq = rel.seq
 	ev.Workspace = q.wsStatus
 	q.publishArtifact(fctx)
-	// The terminal status and the ack are pipelined: the server handles
-	// them in order on this connection, so the status is stored before the
-	// ack; a status that failed is published again after.
-	fut := q.statusAsync(ev)
-	if err := q.msg.DoubleAck(fctx); err != nil {
-		q.log.Warn().Err(err).Msg("ack failed; the job may run again")
+	switch v, err := q.fw.Publish(fctx, q.event(ev)); {
+	case err != nil:
+		// Unknown whether it is stored: the next attempt reads it back
+		// (and acks the job without running it if it is).
+		q.retry(fmt.Errorf("publishing the terminal status: %w", err), "")
+		return
+	case v == fence.Superseded:
+		w.metrics.jobs.WithLabelValues("fenced").Inc()
+		q.log.Warn().Msg("fenced before the terminal status: a later attempt owns the query")
+		return
+	case v == fence.Finished:
+		q.log.Warn().Msg("another writer ended the query first; acking")
 	}
-	if fut != nil {
-		select {
-		case <-fut.Ok():
-		case <-fut.Err():
-			q.status(fctx, ev)
-		case <-fctx.Done():
-		}
-	}
+	q.ack(context.Background())
 	w.metrics.jobs.WithLabelValues(string(ev.State)).Inc()
 	w.metrics.runDuration.Observe(time.Since(started).Seconds())
 	q.log.Info().Str("state", string(ev.State)).Uint64("lines", out.Lines).Dur("took", time.Since(started)).Msg("job done")
+}
+
+// claim reads whether a cancel is on record, claims the query for this
+// attempt (a "retrying" status for a redelivery, then "running") and reads
+// the Fleet-Seq the attempt continues from. The claim comes first: after it
+// is stored no older attempt can add a line, so the Fleet-Seq read next is
+// final.
+func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence.Verdict, err error) {
+	w, job := q.w, q.job
+	cancelled, err = q.cancelOnRecord(ctx)
+	if err != nil {
+		return 0, false, 0, fmt.Errorf("reading the query's control history: %w", err)
+	}
+	q.fw = fence.NewWriter(fence.Config{
+		JS: w.js, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryStatus(job.Tenant, job.ID),
+		Owner:   fence.Owner{JobSeq: q.jobSeq(), Attempt: q.attempt, Worker: w.cfg.ID},
+		Timeout: w.cfg.PublishTimeout,
+		OnRetry: func(op string, try int, err error) {
+			if try == 1 || try%20 == 0 {
+				q.log.Warn().Err(err).Int("try", try).Msg(op + " failed; retrying")
+			}
+		},
+	})
+	running := !cancelled && job.Workspace == nil // a workspace job's "running" follows its checkout
+	switch {
+	case q.attempt > 1:
+		// Announces the new attempt before anything else.
+		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRetrying}))
+		if err == nil && v == fence.Proceed && running {
+			v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+		}
+	case job.Workspace == nil:
+		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+	default:
+		// A first attempt whose first status comes after the checkout:
+		// its lines are fenced as soon as a later attempt claims.
+		v, err = q.fw.Expect(ctx)
+	}
+	if err != nil || v != fence.Proceed {
+		return 0, false, v, err
+	}
+	m, err := fence.LastMsg(ctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, false, 0, fmt.Errorf("reading the query's last line: %w", err)
+	default:
+		base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+	}
+	return base, cancelled, fence.Proceed, nil
+}
+
+// ack acks the job, retrying each DoubleAck on its own short context until
+// the server confirms it, the job is known to be owned by a later attempt,
+// or AckWait has passed (then the job is redelivered, and the redelivery
+// finds the terminal status and acks it without running it).
+func (q *query) ack(ctx context.Context) {
+	w := q.w
+	deadline := time.Now().Add(max(q.ackWait, 10*time.Second))
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+		err := q.msg.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return
+		}
+		if try == 1 || try%20 == 0 {
+			q.log.Warn().Err(err).Int("try", try).Msg("ack failed; retrying")
+		}
+		if time.Now().After(deadline) {
+			q.log.Warn().Err(err).Msg("ack still failing after AckWait; the redelivery will find the terminal status and ack the job")
+			return
+		}
+		if q.fw != nil {
+			rctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+			v, rerr := q.fw.Recheck(rctx)
+			cancel()
+			if rerr == nil && v == fence.Superseded {
+				q.log.Warn().Msg("a later attempt owns the job; it acks it")
+				return
+			}
+		}
+		_ = sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// event fills in this attempt's fields of a status event.
+func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
+	ev.V = protocol.SchemaVersion
+	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq()
+	ev.Worker = q.w.cfg.ID
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	return ev
 }
 
 // jobSeq is the job's sequence in the work-queue stream.
@@ -381,49 +493,26 @@ func (q *query) queuedAt() time.Time {
 	return md.Timestamp
 }
 
-// history reads the last Fleet-Seq published for the query and whether a
-// cancel is on record: a {"op":"cancel"} on its ctl subject (kept by the
-// FLEET_QUERIES stream, so a job cancelled while queued is never started)
-// stored after the job itself, so a cancel of an earlier run of the same id
-// does not cancel a new submission.
-func (q *query) history(ctx context.Context, queuedAt time.Time) (lastSeq uint64, cancelled bool, err error) {
+// cancelOnRecord reports whether a cancel is on record: a
+// {"op":"cancel"} on the query's ctl subject (kept by the FLEET_QUERIES
+// stream, so a job cancelled while queued is never started) stored after
+// the job itself, so a cancel of an earlier run of the same id does not
+// cancel a new submission.
+func (q *query) cancelOnRecord(ctx context.Context) (bool, error) {
 	w, job := q.w, q.job
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
 	st, err := w.queriesStream(ctx)
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
-	// The two lookups are independent: ask both at once.
-	var (
-		ctlMsg *jetstream.RawStreamMsg
-		ctlErr error
-		done   = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		ctlMsg, ctlErr = st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
-	}()
-	m, err := st.GetLastMsgForSubject(ctx, w.names.QueryMsg(job.Tenant, job.ID))
-	<-done
+	ctlMsg, err := st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
 	case err != nil:
-		return 0, false, err
-	default:
-		lastSeq, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+		return false, err
 	}
-	switch {
-	case errors.Is(ctlErr, jetstream.ErrMsgNotFound):
-	case ctlErr != nil:
-		return 0, false, ctlErr
-	default:
-		var op protocol.CtlOp
-		if json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel && !ctlMsg.Time.Before(queuedAt) {
-			cancelled = true
-		}
-	}
-	return lastSeq, cancelled, nil
+	var op protocol.CtlOp
+	return json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel && !ctlMsg.Time.Before(q.queuedAt()), nil
 }
 
 // queriesStream is the FLEET_QUERIES handle, looked up once (a handle is
@@ -466,7 +555,8 @@ func (q *query) subscribe(cancelRun context.CancelCauseFunc) ([]*nats.Subscripti
 		if err := json.Unmarshal(m.Data, &ev); err != nil {
 			return
 		}
-		if ev.Attempt > q.attempt {
+		// A shortcut only: the server's check is what fences.
+		if ev.JobSeq > q.jobSeq() || (ev.JobSeq == q.jobSeq() || ev.JobSeq == 0) && ev.Attempt > q.attempt {
 			q.fenced.Store(true)
 			cancelRun(agent.ErrHandback)
 		}
@@ -552,36 +642,34 @@ func (q *query) retry(cause error, code string) {
 	}
 	d := backoff(n)
 	q.log.Warn().Err(cause).Dur("delay", d).Msg("infrastructure failure; the job will be retried")
-	if code != "" {
-		q.status(context.Background(), protocol.StatusEvent{
+	if code != "" && q.fw != nil {
+		// Through the fence: a fenced attempt's status is refused.
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		_, err := q.fw.Publish(ctx, q.event(protocol.StatusEvent{
 			State: protocol.StateRetrying,
 			Error: &protocol.ErrorInfo{Code: code, Message: cause.Error()},
-		})
+		}))
+		cancel()
+		if err != nil {
+			q.log.Warn().Err(err).Msg("publishing the retrying status")
+		}
 	}
 	_ = q.msg.NakWithDelay(d)
 	q.w.metrics.jobs.WithLabelValues("retried").Inc()
 }
 
-// statusAsync publishes a status event without waiting for its ack.
-func (q *query) statusAsync(ev protocol.StatusEvent) jetstream.PubAckFuture {
-	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq()
-	m, err := q.w.statusMsg(ev)
-	if err == nil {
-		var f jetstream.PubAckFuture
-		if f, err = q.w.js.PublishMsgAsync(m); err == nil {
-			return f
-		}
-	}
-	q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
-	return nil
-}
-
-func (q *query) status(ctx context.Context, ev protocol.StatusEvent) {
-	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq()
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+// status publishes a status of this attempt through the fence (waiting
+// for it). A fence that refuses it means a later attempt or another writer
+// owns the query: the run is fenced.
+func (q *query) status(ev protocol.StatusEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	if err := q.w.publishStatus(ctx, ev); err != nil {
+	v, err := q.fw.Publish(ctx, q.event(ev))
+	switch {
+	case err != nil:
 		q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
+	case v != fence.Proceed:
+		q.fenced.Store(true)
 	}
 }
 

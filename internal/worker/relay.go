@@ -12,11 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-// errFenced stops a run whose job was taken over by a later attempt.
+// errFenced stops a run whose job was taken over by a later attempt (or
+// that another writer ended).
 var errFenced = errors.New("worker: a later attempt took over this query")
 
 // journalLog is what the relay needs of a journal log.
@@ -24,13 +26,30 @@ type journalLog interface {
 	Append(seq uint64, line []byte) error
 }
 
+// noRetry turns off nats.go's own retry of a publish that met no
+// responders: it resends later, after newer lines, which would reorder them.
+// The relay retries itself, in order.
+var noRetry = jetstream.WithRetryAttempts(0)
+
 // relay turns agent lines into ordered NATS messages. Every line is first
 // appended to the journal (local, durable), then queued for a publisher
-// goroutine that publishes asynchronously. The queue is bounded by bytes
-// (QueueBytes): only when NATS falls that far behind does the agent's pipe
-// wait; the journal holds every line regardless.
+// goroutine that publishes asynchronously, up to window lines in flight.
+// The queue is bounded by bytes (QueueBytes): only when NATS falls that far
+// behind does the agent's pipe wait; the journal holds every line
+// regardless.
+//
+// Each line carries the attempt's fence (see package fence): it is stored
+// only while the query's last status is this attempt's own. When a publish
+// fails (an error, a PubAck timeout, a disconnect), the relay stops sending,
+// waits for every line in flight to resolve, reads the query's last line
+// back from the stream leader (after the claim it can only be this
+// attempt's), and sends again from the first line not stored, in order. A
+// line is therefore never stored twice, never after a later line, and never
+// after a later attempt's claim.
 type relay struct {
 	js         jetstream.JetStream
+	nc         *nats.Conn
+	stream     string // FLEET_QUERIES
 	subject    string
 	tenant, id string
 	attempt    int
@@ -39,13 +58,16 @@ type relay struct {
 	metrics    *Metrics
 	log        zerolog.Logger
 	window     int
+	fence      *fence.Writer
+	// base is the query's last Fleet-Seq before this attempt.
+	base uint64
+	// hint, if set, reports a later attempt seen on the status
+	// subscription: a shortcut; the server's check is what fences.
+	hint func() bool
+	// timeout bounds each read of the last line.
+	timeout time.Duration
 
-	seq    uint64 // last assigned Fleet-Seq; only the emitting goroutine writes it
-	fenced func() bool
-	// rebase, if set, is called once before the first line: it returns the
-	// last Fleet-Seq in the stream, and the relay continues after the higher
-	// of that and seq.
-	rebase func() (uint64, error)
+	seq uint64 // last assigned Fleet-Seq; only the emitting goroutine writes it
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -54,6 +76,8 @@ type relay struct {
 	maxQueued int
 	closed    bool
 	stopped   bool // run has returned: emit no longer waits for room
+	fenced    bool
+	stored    uint64 // highest Fleet-Seq known to be in the stream
 	lastErr   error
 	done      chan struct{}
 	cancel    context.CancelFunc
@@ -62,6 +86,11 @@ type relay struct {
 type outMsg struct {
 	seq  uint64
 	data []byte
+}
+
+type flight struct {
+	m outMsg
+	f jetstream.PubAckFuture
 }
 
 func newRelay(r *relay) *relay {
@@ -73,21 +102,28 @@ func newRelay(r *relay) *relay {
 	if r.window <= 0 {
 		r.window = 256
 	}
+	if r.timeout <= 0 {
+		r.timeout = 5 * time.Second
+	}
+	r.seq = r.base
+	r.stored = r.base
 	return r
+}
+
+// isFenced reports whether the relay must not publish any more.
+func (r *relay) isFenced() bool {
+	if r.hint != nil && r.hint() {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fenced
 }
 
 // emit journals and queues one line; called from one goroutine, in order.
 func (r *relay) emit(line []byte) error {
-	if r.fenced != nil && r.fenced() {
+	if r.isFenced() {
 		return errFenced
-	}
-	if r.rebase != nil {
-		last, err := r.rebase()
-		if err != nil {
-			return fmt.Errorf("worker: query %s: reading the last Fleet-Seq: %w", r.id, err)
-		}
-		r.seq = max(r.seq, last)
-		r.rebase = nil
 	}
 	seq := r.seq + 1
 	if err := r.journal.Append(seq, line); err != nil {
@@ -103,8 +139,12 @@ func (r *relay) emit(line []byte) error {
 	r.metrics.linesRelayed.Inc()
 	r.metrics.bytesRelayed.Add(float64(len(line)))
 	r.mu.Lock()
-	for r.queued+len(data) > r.maxQueued && len(r.queue) > 0 && !r.closed && !r.stopped {
+	for r.queued+len(data) > r.maxQueued && len(r.queue) > 0 && !r.closed && !r.fenced && !r.stopped {
 		r.cond.Wait()
+	}
+	if r.fenced {
+		r.mu.Unlock()
+		return errFenced
 	}
 	r.queue = append(r.queue, outMsg{seq: seq, data: data})
 	r.queued += len(data)
@@ -125,6 +165,31 @@ func pointer(seq uint64, size int, key string) []byte {
 	return append(b, '}')
 }
 
+// wake unblocks every wait on the relay's condition.
+func (r *relay) wake() {
+	r.mu.Lock()
+	r.mu.Unlock() //nolint:staticcheck // an empty critical section orders the broadcast after any waiter's check
+	r.cond.Broadcast()
+}
+
+// take waits for queued lines and returns them; nil once the relay is
+// closed and empty, fenced, or ctx ended.
+func (r *relay) take(ctx context.Context) []outMsg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.queue) == 0 && !r.closed && !r.fenced && ctx.Err() == nil {
+		r.cond.Wait()
+	}
+	if r.fenced || ctx.Err() != nil {
+		return nil
+	}
+	batch := r.queue
+	r.queue = nil
+	r.queued = 0
+	r.cond.Broadcast()
+	return batch
+}
+
 // start runs the publisher goroutine under ctx. Its owner must call
 // shutdown (after flush, or instead of it) before the run ends: that is
 // what guarantees the goroutine is gone.
@@ -141,9 +206,8 @@ func (r *relay) shutdown() {
 	<-r.done
 }
 
-// run publishes queued lines in order until close is called and the queue
-// is empty, or ctx ends. Failed publishes are retried with the same
-// Nats-Msg-Id, so a message the server did store is not stored twice.
+// run publishes queued lines in order until the relay is closed and every
+// line is stored, it is fenced, or ctx ends.
 func (r *relay) run(ctx context.Context) {
 	defer close(r.done)
 	defer func() {
@@ -152,21 +216,15 @@ func (r *relay) run(ctx context.Context) {
 		r.mu.Unlock()
 		r.cond.Broadcast()
 	}()
-	// The cond does not know about ctx: wake it when ctx ends.
-	stopWake := context.AfterFunc(ctx, func() {
-		r.mu.Lock()
-		r.mu.Unlock()
-		r.cond.Broadcast()
-	})
+	stopWake := context.AfterFunc(ctx, r.wake)
 	defer stopWake()
-	type pending struct {
-		msg *nats.Msg
-		f   jetstream.PubAckFuture
-	}
-	var inflight []pending
-	// reap collects finished publishes in order; with block it waits for
-	// the oldest one only, then collects whatever else is already done.
-	reap := func(block bool) {
+	var (
+		pending  []outMsg // to send, in order
+		inflight []flight // sent, not resolved, in order
+	)
+	// resolve collects finished publishes from the oldest on; with block
+	// it waits for the oldest first. It returns the first error met.
+	resolve := func(block bool) error {
 		for len(inflight) > 0 {
 			p := inflight[0]
 			var err error
@@ -175,129 +233,214 @@ func (r *relay) run(ctx context.Context) {
 				case <-p.f.Ok():
 				case err = <-p.f.Err():
 				case <-ctx.Done():
-					return
+					return context.Cause(ctx)
 				}
 			} else {
 				select {
 				case <-p.f.Ok():
 				case err = <-p.f.Err():
 				default:
-					return
+					return nil
 				}
 			}
 			if err != nil {
-				r.metrics.publishErrors.Inc()
-				r.republish(ctx, p.msg, err)
+				return err
 			}
+			r.setStored(p.m.seq)
 			inflight = inflight[1:]
 			block = false
 		}
+		return nil
 	}
 	for {
-		r.mu.Lock()
-		for len(r.queue) == 0 && !r.closed && ctx.Err() == nil {
-			if len(inflight) > 0 {
-				break
-			}
-			r.cond.Wait()
-		}
 		if ctx.Err() != nil {
-			r.mu.Unlock()
+			r.setErr(fmt.Errorf("worker: relaying query %s: %w", r.id, context.Cause(ctx)))
 			return
 		}
-		if len(r.queue) == 0 && r.closed && len(inflight) == 0 {
-			r.mu.Unlock()
+		if r.isFenced() {
+			r.setFenced()
+			r.drop(len(pending) + len(inflight))
 			return
 		}
-		batch := r.queue
-		r.queue = nil
-		r.queued = 0
-		r.mu.Unlock()
-		r.cond.Broadcast()
-		if len(batch) == 0 {
-			reap(true)
-			continue
-		}
-		for i, m := range batch {
-			if r.fenced != nil && r.fenced() {
-				// A later attempt owns the query now: what is not yet
-				// published is dropped (the journal still has it).
-				r.log.Warn().Int("dropped", len(batch)-i).Msg("fenced: not publishing the rest")
-				break
-			}
-			msg := r.message(m)
-			for {
-				if ctx.Err() != nil {
-					return
+		if len(pending) == 0 {
+			if len(inflight) > 0 {
+				// Collect what is done; wait for the oldest only when
+				// nothing new is queued.
+				if err := resolve(false); err != nil {
+					pending, inflight = r.recover(ctx, err, inflight, pending)
+					continue
 				}
-				f, err := r.js.PublishMsgAsync(msg)
-				if err == nil {
-					inflight = append(inflight, pending{msg, f})
-					break
-				}
-				if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-					// The connection-wide async window is full (other runs
-					// share it): wait for our oldest, or briefly.
-					if len(inflight) > 0 {
-						reap(true)
-					} else {
-						select {
-						case <-time.After(5 * time.Millisecond):
-						case <-ctx.Done():
-						}
+				r.mu.Lock()
+				idle := len(r.queue) == 0
+				r.mu.Unlock()
+				if idle {
+					if err := resolve(true); err != nil {
+						pending, inflight = r.recover(ctx, err, inflight, pending)
 					}
 					continue
 				}
-				r.metrics.publishErrors.Inc()
-				r.republish(ctx, msg, err)
-				break
 			}
-			if len(inflight) >= r.window {
-				reap(true)
-			} else {
-				reap(false)
+			pending = r.take(ctx)
+			if pending == nil {
+				r.mu.Lock()
+				finished := r.closed && len(r.queue) == 0
+				r.mu.Unlock()
+				if finished && len(inflight) == 0 {
+					return
+				}
+				continue
 			}
 		}
+		m := pending[0]
+		if !r.nc.IsConnected() {
+			// Never let a line wait in the client's reconnect buffer
+			// while an earlier one may be lost with the old connection.
+			pending, inflight = r.recover(ctx, nats.ErrDisconnected, inflight, pending)
+			continue
+		}
+		f, err := r.js.PublishMsgAsync(r.message(m), noRetry)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// The connection-wide async window is full (other runs
+			// share it): wait for our oldest, or briefly.
+			if len(inflight) > 0 {
+				if err := resolve(true); err != nil {
+					pending, inflight = r.recover(ctx, err, inflight, pending)
+				}
+			} else {
+				_ = sleepCtx(ctx, 5*time.Millisecond)
+			}
+			continue
+		}
+		if err != nil {
+			pending, inflight = r.recover(ctx, err, inflight, pending)
+			continue
+		}
+		inflight = append(inflight, flight{m, f})
+		pending = pending[1:]
+		block := len(inflight) >= r.window
+		if err := resolve(block); err != nil {
+			pending, inflight = r.recover(ctx, err, inflight, pending)
+		}
+	}
+}
+
+// recover handles a failed publish: it waits until every line in flight is
+// resolved, rechecks the fence after a "wrong last sequence", reads the
+// query's last line back from the stream leader, and returns what is left
+// to send (in order, from the first line not stored) with nothing in
+// flight. While NATS is away it keeps retrying the read (with backoff)
+// until ctx ends.
+func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pending []outMsg) ([]outMsg, []flight) {
+	r.metrics.publishErrors.Inc()
+	wrong := fence.WrongLastSequence(cause)
+	for _, p := range inflight {
+		select {
+		case <-p.f.Ok():
+			r.setStored(p.m.seq)
+		case err := <-p.f.Err():
+			wrong = wrong || fence.WrongLastSequence(err)
+		case <-ctx.Done():
+			return pending, nil
+		}
+	}
+	if wrong {
+		v, err := r.fence.Recheck(ctx)
+		if err != nil {
+			return pending, nil // ctx ended
+		}
+		if v != fence.Proceed {
+			r.log.Warn().Str("verdict", v.String()).Msg("fenced by the stream: a later attempt or another writer owns the query")
+			r.setFenced()
+			return nil, nil
+		}
+	} else {
+		r.log.Warn().Err(cause).Int("in_flight", len(inflight)).Msg("publish failed; checking what the stream has, then sending again in order")
+	}
+	last, err := r.lastStored(ctx)
+	if err != nil {
+		return pending, nil // ctx ended
+	}
+	r.setStored(last)
+	stored := r.storedSeq()
+	rest := make([]outMsg, 0, len(inflight)+len(pending))
+	for _, p := range inflight {
+		if p.m.seq > stored {
+			rest = append(rest, p.m)
+		}
+	}
+	for _, m := range pending {
+		if m.seq > stored {
+			rest = append(rest, m)
+		}
+	}
+	return rest, nil
+}
+
+// lastStored reads the query's last line from the stream leader and returns
+// its Fleet-Seq if this attempt wrote it (after the claim no other attempt
+// can), else base. It retries until the stream answers or ctx ends.
+func (r *relay) lastStored(ctx context.Context) (uint64, error) {
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, r.timeout)
+		m, err := fence.LastMsg(rctx, r.nc, r.stream, r.subject)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return r.base, nil
+		case err == nil:
+			seq, _ := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+			att, _ := strconv.Atoi(m.Header.Get(protocol.HeaderAttempt))
+			if att == r.attempt && seq > r.base {
+				return seq, nil
+			}
+			return r.base, nil
+		}
+		if try == 1 || try%20 == 0 {
+			r.log.Warn().Err(err).Int("try", try).Msg("reading the query's last line back; retrying")
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return 0, err
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
 func (r *relay) message(m outMsg) *nats.Msg {
 	msg := nats.NewMsg(r.subject)
 	msg.Data = m.data
-	seq := strconv.FormatUint(m.seq, 10)
-	msg.Header.Set(protocol.HeaderSeq, seq)
+	msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(m.seq, 10))
 	msg.Header.Set(protocol.HeaderAttempt, strconv.Itoa(r.attempt))
 	msg.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(r.tenant, r.id, r.attempt, m.seq))
 	msg.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.fence.Token(), 10))
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.fence.Subject())
 	return msg
 }
 
-// republish retries one message synchronously until it is stored or ctx ends.
-func (r *relay) republish(ctx context.Context, msg *nats.Msg, cause error) {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		if r.fenced != nil && r.fenced() {
-			return
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := r.js.PublishMsg(pctx, msg)
-		cancel()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			r.setErr(fmt.Errorf("worker: publish %s seq %s: %w", r.subject, msg.Header.Get(protocol.HeaderSeq), cause))
-			return
-		}
-		if attempt == 1 || attempt%20 == 0 {
-			r.log.Warn().Err(err).Int("attempt", attempt).Str("seq", msg.Header.Get(protocol.HeaderSeq)).Msg("publish failed; retrying")
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-		backoff = min(2*backoff, 2*time.Second)
+func (r *relay) drop(n int) {
+	if n > 0 {
+		r.log.Warn().Int("dropped", n).Msg("fenced: not publishing the rest (the journal keeps it)")
 	}
+}
+
+func (r *relay) setStored(seq uint64) {
+	r.mu.Lock()
+	r.stored = max(r.stored, seq)
+	r.mu.Unlock()
+}
+
+func (r *relay) storedSeq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stored
+}
+
+func (r *relay) setFenced() {
+	r.mu.Lock()
+	r.fenced = true
+	r.mu.Unlock()
+	r.cond.Broadcast()
 }
 
 func (r *relay) setErr(err error) {
@@ -316,8 +459,9 @@ func (r *relay) close() {
 	r.cond.Broadcast()
 }
 
-// flush closes the relay and waits until every queued line is stored in
-// the stream (or ctx ends).
+// flush closes the relay and waits until every line is stored in the
+// stream. It fails if that did not happen: ctx ended, the relay's context
+// ended first, or the attempt was fenced (errFenced).
 func (r *relay) flush(ctx context.Context) error {
 	r.close()
 	select {
@@ -327,5 +471,24 @@ func (r *relay) flush(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lastErr
+	switch {
+	case r.fenced:
+		return errFenced
+	case r.lastErr != nil:
+		return r.lastErr
+	case r.stored < r.seq:
+		return fmt.Errorf("worker: flushing query %s: %d of %d lines stored", r.id, r.stored-r.base, r.seq-r.base)
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

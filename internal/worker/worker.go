@@ -98,6 +98,22 @@ type Config struct {
 	PublishWindow int
 	// QueueBytes bounds each run's relay queue. Defaults to 64 MiB.
 	QueueBytes int
+	// PublishTimeout bounds each publish's wait for its PubAck (async
+	// publishes fail with jetstream.ErrAsyncPublishTimeout after it), each
+	// ack and each read of the stream; failures are retried. Defaults to 5s.
+	PublishTimeout time.Duration
+	// ClaimTimeout bounds the start of a run (reading the query's state,
+	// claiming it): a worker that cannot reach the stream in that time hands
+	// the job back rather than hold it. Defaults to 30s.
+	ClaimTimeout time.Duration
+	// FlushTimeout bounds the wait for every line of a finished run to be
+	// stored; past it the job is handed back. Defaults to 5m.
+	FlushTimeout time.Duration
+	// PullExpiry is the lifetime of each pull request, and PullHeartbeat
+	// the server's idle heartbeat on it: a pull lost with a consumer leader
+	// is noticed after two missed heartbeats and issued again. Default 10s
+	// and 2s.
+	PullExpiry, PullHeartbeat time.Duration
 	// ConsumerRetry is how often to look for the work consumer while it does
 	// not exist yet. Defaults to 1s.
 	ConsumerRetry time.Duration
@@ -130,6 +146,11 @@ func (c Config) withDefaults() Config {
 	c.PublishWindow = cmp.Or(c.PublishWindow, 256)
 	c.QueueBytes = cmp.Or(c.QueueBytes, 64<<20)
 	c.ConsumerRetry = cmp.Or(c.ConsumerRetry, time.Second)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, 30*time.Second)
+	c.FlushTimeout = cmp.Or(c.FlushTimeout, 5*time.Minute)
+	c.PullExpiry = cmp.Or(c.PullExpiry, 10*time.Second)
+	c.PullHeartbeat = cmp.Or(c.PullHeartbeat, 2*time.Second)
 	c.CreateTimeout = cmp.Or(c.CreateTimeout, 5*time.Minute)
 	if c.Logger == nil {
 		nop := zerolog.Nop()
@@ -154,6 +175,8 @@ func (c Config) validate() error {
 		return errors.New("worker: Slots must be between 1 and 1024")
 	case c.ShutdownGrace < 0:
 		return errors.New("worker: ShutdownGrace must not be negative")
+	case c.PullHeartbeat*2 > c.PullExpiry:
+		return errors.New("worker: PullHeartbeat must be at most half of PullExpiry")
 	}
 	return nil
 }
@@ -166,9 +189,8 @@ type Worker struct {
 	metrics *Metrics
 	names   protocol.Names
 
-	slots      chan struct{}
-	finishing  chan struct{} // jobs past their run, still finishing
-	maxPayload int
+	slots     chan struct{}
+	finishing chan struct{} // jobs past their run, still finishing
 
 	ready    atomic.Bool
 	stopping atomic.Bool
@@ -196,7 +218,12 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.NC, jetstream.WithPublishAsyncMaxPending(cfg.PublishWindow*cfg.Slots))
+	js, err := jetstream.New(cfg.NC,
+		jetstream.WithPublishAsyncMaxPending(cfg.PublishWindow*cfg.Slots),
+		// A publish sent to a dying leader, or before a new one is elected,
+		// gets no reply at all: fail it in time so it is retried.
+		jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout),
+		jetstream.WithDefaultTimeout(cfg.PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
@@ -235,8 +262,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker: already started")
 	}
-	// The largest line that fits one NATS message, with room for headers.
-	w.maxPayload = int(w.cfg.NC.MaxPayload()) - 1024
 	go w.loop(context.WithoutCancel(ctx))
 	return nil
 }
@@ -311,7 +336,8 @@ func (w *Worker) loop(ctx context.Context) {
 		}
 		waiting = waitLog{}
 		ackWait := cons.CachedInfo().Config.AckWait
-		it, err := cons.Messages(jetstream.PullMaxMessages(1))
+		it, err := cons.Messages(jetstream.PullMaxMessages(1),
+			jetstream.PullExpiry(w.cfg.PullExpiry), jetstream.PullHeartbeat(w.cfg.PullHeartbeat))
 		if err != nil {
 			w.log.Error().Err(err).Msg("cannot pull from the work consumer")
 			select {
@@ -401,6 +427,37 @@ func (w *Worker) pull(it jetstream.MessagesContext, ackWait time.Duration) {
 			w.handle(msg, ackWait, runEnded)
 		}()
 	}
+}
+
+// lineLimit is the largest line that goes out as one NATS message (with
+// room for headers): the max payload of the server the connection last
+// knew, read per run, so a worker started before its server learns it on
+// the first connect (and a reconnect to another server updates it).
+func (w *Worker) lineLimit() int {
+	return LineLimit(w.cfg.NC)
+}
+
+// LineLimit is the line size above which a line is relayed as a pointer
+// and stored whole under its own key: the connection's max payload minus
+// room for headers, or 1 MiB's if the connection never connected.
+func LineLimit(nc *nats.Conn) int {
+	mp := nc.MaxPayload()
+	if mp <= 0 {
+		mp = 1 << 20
+	}
+	return int(mp) - 1024
+}
+
+// queriesReplicated reports whether FLEET_QUERIES has more than one replica.
+func (w *Worker) queriesReplicated(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+	defer cancel()
+	st, err := w.queriesStream(cctx)
+	if err != nil {
+		return true // the safe choice: one line in flight
+	}
+	info := st.CachedInfo()
+	return info == nil || info.Config.Replicas > 1
 }
 
 // envFor returns the job's extra environment, or a validation error naming

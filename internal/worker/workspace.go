@@ -39,7 +39,7 @@ func (q *query) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.Emi
 	cancel()
 	switch {
 	case err == nil:
-		q.statusAsync(protocol.StatusEvent{State: protocol.StateRunning, Workspace: &protocol.WorkspaceStatus{StartSHA: base.StartSHA}})
+		q.status(protocol.StatusEvent{State: protocol.StateRunning, Workspace: &protocol.WorkspaceStatus{StartSHA: base.StartSHA}})
 		return base, out, true, nil
 	case errors.Is(context.Cause(ctx), agent.ErrHandback):
 		return base, agent.Outcome{HandedBack: true}, false, nil

@@ -101,6 +101,11 @@ type Config struct {
 	// storage.LineKey. 0 means the default, a negative value turns it off.
 	// Defaults to 1 MiB.
 	LargeLineBytes int
+	// LargeLineBytesFunc, if set, is asked for each chunk and, when it
+	// returns more than 0, replaces LargeLineBytes: the worker passes its
+	// connection's current max payload, which it learns only on its first
+	// connect. Defaults to nil.
+	LargeLineBytesFunc func() int
 	// RetryMin is the first backoff after a failed storage call; it doubles up
 	// to RetryMax, with jitter. Defaults to 100ms.
 	RetryMin time.Duration

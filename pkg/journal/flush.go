@@ -149,7 +149,13 @@ func (l *Log) flushChunk(ctx context.Context, s step) error {
 	if err != nil {
 		return fmt.Errorf("read WAL: %w", err)
 	}
-	c, err := readChunk(f, s.from, s.limit, s.maxBytes, s.cutGaps, cfg.LargeLineBytes)
+	large := cfg.LargeLineBytes
+	if fn := cfg.LargeLineBytesFunc; fn != nil {
+		if n := fn(); n > 0 {
+			large = n
+		}
+	}
+	c, err := readChunk(f, s.from, s.limit, s.maxBytes, s.cutGaps, large)
 	_ = f.Close()
 	if err != nil {
 		return fmt.Errorf("read WAL %s: %w", l.walPath, err)

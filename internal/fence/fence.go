@@ -1,0 +1,342 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// Owner is one attempt of one submission: who writes.
+type Owner struct {
+	// JobSeq is the submission's FLEET_JOBS stream sequence.
+	JobSeq uint64
+	// Attempt is the delivery count of the job message.
+	Attempt int
+	// Worker names the writer (status events carry it).
+	Worker string
+}
+
+// Verdict is what an attempt may do given the query's last status.
+type Verdict int
+
+const (
+	// Proceed: the attempt may claim the query and write.
+	Proceed Verdict = iota
+	// Finished: the submission already has its terminal status. Ack the
+	// job; write nothing.
+	Finished
+	// Superseded: a later attempt of the submission, or a newer submission
+	// of the same id, owns the query. Stop; write nothing more.
+	Superseded
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Proceed:
+		return "proceed"
+	case Finished:
+		return "finished"
+	case Superseded:
+		return "superseded"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Decide says what attempt me may do when last is the query's last status
+// (nil: none). A status without a JobSeq (an older writer's) counts as the
+// same submission's.
+func Decide(last *protocol.StatusEvent, me Owner) Verdict {
+	if last == nil {
+		return Proceed
+	}
+	switch {
+	case last.JobSeq != 0 && last.JobSeq > me.JobSeq:
+		return Superseded
+	case last.JobSeq != 0 && last.JobSeq < me.JobSeq:
+		// An earlier submission's status, terminal or not: a new
+		// submission starts over (its claim fences a zombie of the old).
+		return Proceed
+	case last.State.Terminal():
+		return Finished
+	case last.Attempt > me.Attempt:
+		return Superseded
+	case last.Attempt == me.Attempt && last.Worker != "" && last.Worker != me.Worker:
+		// The same delivery claimed by someone else: not ours.
+		return Superseded
+	}
+	return Proceed
+}
+
+// WrongLastSequence reports whether err is the server's rejection of a
+// compare-and-set: on a one-replica stream code 10071, on a replicated one
+// 10164 (which also means "another checked message on that subject is
+// still being proposed").
+func WrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// LastMsg reads the last message on subject from the stream's leader
+// (STREAM.MSG.GET, not a direct get, which any replica may answer from a
+// state that lags). It returns jetstream.ErrMsgNotFound when there is none.
+// ctx must have a deadline.
+func LastMsg(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := nc.RequestWithContext(ctx, jetstream.DefaultAPIPrefix+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, fmt.Errorf("fence: last message on %s: %w", subject, err)
+	}
+	var r struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("fence: last message on %s: %w", subject, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return nil, fmt.Errorf("fence: last message on %s: %w", subject, r.Error)
+	}
+	if r.Message == nil {
+		return nil, fmt.Errorf("fence: last message on %s: %w", subject, jetstream.ErrInvalidJetStreamResponse)
+	}
+	msg := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
+	if len(r.Message.Header) > 0 {
+		if msg.Header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
+			return nil, fmt.Errorf("fence: last message on %s: %w", subject, err)
+		}
+	}
+	return msg, nil
+}
+
+// LastStatus reads the last status event on subject (seq 0 and nil: none).
+// A message that does not decode counts as no event at that seq.
+func LastStatus(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, *protocol.StatusEvent, error) {
+	m, err := LastMsg(ctx, nc, stream, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	var ev protocol.StatusEvent
+	if json.Unmarshal(m.Data, &ev) != nil {
+		return m.Sequence, nil, nil
+	}
+	return m.Sequence, &ev, nil
+}
+
+// Config configures a Writer.
+type Config struct {
+	// JS publishes; NC reads from the stream leader. Required.
+	JS jetstream.JetStream
+	NC *nats.Conn
+	// Stream is FLEET_QUERIES; Subject the query's .status subject. Required.
+	Stream, Subject string
+	// Owner is the attempt.
+	Owner Owner
+	// Timeout bounds each publish and read. Defaults to 5s.
+	Timeout time.Duration
+	// RetryMin and RetryMax bound the backoff between tries. Default 50ms and 2s.
+	RetryMin, RetryMax time.Duration
+	// OnRetry, if set, is told about each failed try (for logging).
+	OnRetry func(op string, try int, err error)
+}
+
+// Writer publishes one attempt's statuses as compare-and-sets and holds
+// the token its lines carry. Safe for concurrent use.
+type Writer struct {
+	cfg   Config
+	token atomic.Uint64
+}
+
+// NewWriter returns the writer of attempt cfg.Owner.
+func NewWriter(cfg Config) *Writer {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 50 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 2 * time.Second
+	}
+	return &Writer{cfg: cfg}
+}
+
+// Token is the stream sequence of the attempt's last stored status: lines
+// published with Check(Token()) are stored only while it is the last.
+func (w *Writer) Token() uint64 { return w.token.Load() }
+
+// Subject is the .status subject the token refers to.
+func (w *Writer) Subject() string { return w.cfg.Subject }
+
+// Expect reads the query's last status and, if the attempt may proceed,
+// takes it as the token without publishing anything: for an attempt whose
+// first status comes later (its lines are fenced from the moment a later
+// attempt claims, but it does not fence an older writer itself).
+func (w *Writer) Expect(ctx context.Context) (Verdict, error) {
+	seq, last, err := w.readLast(ctx)
+	if err != nil {
+		return Proceed, err
+	}
+	if v := Decide(last, w.cfg.Owner); v != Proceed {
+		return v, nil
+	}
+	w.token.Store(seq)
+	return Proceed, nil
+}
+
+// Claim reads the query's last status and, if the attempt may proceed,
+// publishes ev (its first status) as a compare-and-set on it. It retries
+// until the status is stored, another verdict is reached, or ctx ends.
+func (w *Writer) Claim(ctx context.Context, ev protocol.StatusEvent) (Verdict, error) {
+	seq, last, err := w.readLast(ctx)
+	if err != nil {
+		return Proceed, err
+	}
+	if v := Decide(last, w.cfg.Owner); v != Proceed {
+		return v, nil
+	}
+	w.token.Store(seq)
+	return w.Publish(ctx, ev)
+}
+
+// Publish stores ev on the status subject if the last status there is
+// still the token. On a conflict it reads the last status back: its own
+// (a publish whose ack was lost) counts as stored; a verdict other than
+// Proceed is returned as is; anything else (a status that does not fence
+// this attempt, e.g. a dispatcher's "queued") becomes the new expectation
+// and the publish is tried again. Transient errors are retried with backoff
+// until ctx ends. ev is sent as given (set V, Worker and At first); it is
+// recognised by its owner, state and At when read back.
+func (w *Writer) Publish(ctx context.Context, ev protocol.StatusEvent) (Verdict, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return Proceed, err
+	}
+	backoff := w.cfg.RetryMin
+	for try := 1; ; try++ {
+		m := nats.NewMsg(w.cfg.Subject)
+		m.Data = data
+		m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		ack, err := w.cfg.JS.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(w.token.Load()))
+		cancel()
+		if err == nil {
+			w.token.Store(ack.Sequence)
+			return Proceed, nil
+		}
+		if ctx.Err() != nil {
+			return Proceed, fmt.Errorf("fence: publishing %s status: %w", ev.State, err)
+		}
+		if !WrongLastSequence(err) && w.cfg.OnRetry != nil {
+			w.cfg.OnRetry("publish "+string(ev.State)+" status", try, err)
+		}
+		// Whatever the error, the status may or may not be stored: look.
+		seq, last, rerr := w.readLast(ctx)
+		if rerr != nil {
+			return Proceed, rerr
+		}
+		if own(last, ev, w.cfg.Owner) {
+			w.token.Store(seq)
+			return Proceed, nil
+		}
+		if v := Decide(last, w.cfg.Owner); v != Proceed {
+			return v, nil
+		}
+		if WrongLastSequence(err) && seq != w.token.Load() {
+			// A status that does not fence us came in between: expect it.
+			w.token.Store(seq)
+			continue
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return Proceed, fmt.Errorf("fence: publishing %s status: %w", ev.State, err)
+		}
+		backoff = min(2*backoff, w.cfg.RetryMax)
+	}
+}
+
+// Recheck is called when a line was rejected with "wrong last sequence":
+// it reads the last status again. Proceed means the attempt still owns the
+// query (the token now expects the last status, which does not fence it);
+// any other verdict means it was fenced.
+func (w *Writer) Recheck(ctx context.Context) (Verdict, error) {
+	seq, last, err := w.readLast(ctx)
+	if err != nil {
+		return Proceed, err
+	}
+	v := Decide(last, w.cfg.Owner)
+	if v == Proceed && last != nil && last.JobSeq == w.cfg.Owner.JobSeq && last.Attempt == w.cfg.Owner.Attempt && last.Worker == w.cfg.Owner.Worker {
+		w.token.Store(seq)
+		return Proceed, nil
+	}
+	if v == Proceed && seq != w.token.Load() {
+		// A status that is not ours and does not fence us (an older
+		// writer's or a queued status): keep going after it.
+		w.token.Store(seq)
+	}
+	return v, nil
+}
+
+// readLast reads the last status, retrying transient failures until ctx ends.
+func (w *Writer) readLast(ctx context.Context) (uint64, *protocol.StatusEvent, error) {
+	backoff := w.cfg.RetryMin
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		seq, ev, err := LastStatus(rctx, w.cfg.NC, w.cfg.Stream, w.cfg.Subject)
+		cancel()
+		if err == nil {
+			return seq, ev, nil
+		}
+		if w.cfg.OnRetry != nil {
+			w.cfg.OnRetry("read the last status", try, err)
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return 0, nil, fmt.Errorf("fence: reading the last status: %w", err)
+		}
+		backoff = min(2*backoff, w.cfg.RetryMax)
+	}
+}
+
+// own reports whether last is ev as published by owner.
+func own(last *protocol.StatusEvent, ev protocol.StatusEvent, o Owner) bool {
+	return last != nil && last.JobSeq == o.JobSeq && last.Attempt == o.Attempt && last.Worker == o.Worker &&
+		last.State == ev.State && last.At.Equal(ev.At)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
