@@ -107,12 +107,8 @@ func New(t testing.TB, o Opts) *Fleet {
 	}
 	connect := o.Connect
 	if connect == nil {
-		connect = func(t testing.TB, role string) *nats.Conn {
-			var opts []nats.Option
-			if role == "worker" {
-				opts = append(opts, nats.ReconnectBufSize(-1)) // as cmd/worker
-			}
-			nc, _ := natstest.Connect(t, srv, opts...)
+		connect = func(t testing.TB, _ string) *nats.Conn {
+			nc, _ := natstest.Connect(t, srv)
 			return nc
 		}
 	}
@@ -328,4 +324,62 @@ func logLevel() zerolog.Level {
 		return l
 	}
 	return zerolog.WarnLevel
+}
+
+// History reads everything the stream holds of a query now (lines and
+// statuses, including any status after the first terminal one).
+func (f *Fleet) History(tenant, id string) Run {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cons, err := f.JS.OrderedConsumer(ctx, f.Names.QueriesStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{f.Names.QueryAll(tenant, id)},
+	})
+	require.NoError(f.t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(f.t, err)
+	var r Run
+	for left := info.NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(10*time.Second))
+		require.NoError(f.t, err)
+		for m := range batch.Messages() {
+			left--
+			switch m.Subject() {
+			case f.Names.QueryMsg(tenant, id):
+				seq, _ := strconv.ParseUint(m.Headers().Get(protocol.HeaderSeq), 10, 64)
+				att, _ := strconv.Atoi(m.Headers().Get(protocol.HeaderAttempt))
+				r.Lines = append(r.Lines, fleetcli.Line{Seq: seq, Attempt: att, Data: append([]byte(nil), m.Data()...)})
+			case f.Names.QueryStatus(tenant, id):
+				var ev protocol.StatusEvent
+				require.NoError(f.t, json.Unmarshal(m.Data(), &ev))
+				r.Statuses = append(r.Statuses, ev)
+				if ev.State.Terminal() && r.Final == nil {
+					r.Final = &ev
+				}
+			}
+		}
+		require.NoError(f.t, batch.Error())
+	}
+	return r
+}
+
+// RequireOneTerminal checks that a query's history holds exactly one
+// terminal status.
+func RequireOneTerminal(t testing.TB, r Run) {
+	t.Helper()
+	var terminal []string
+	for _, ev := range r.Statuses {
+		if ev.State.Terminal() {
+			terminal = append(terminal, string(ev.State)+"@"+strconv.Itoa(ev.Attempt))
+		}
+	}
+	require.Len(t, terminal, 1, "exactly one terminal status; statuses: %v", statesOf(r.Statuses))
+}
+
+func statesOf(evs []protocol.StatusEvent) []string {
+	out := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, string(ev.State)+"@"+strconv.Itoa(ev.Attempt))
+	}
+	return out
 }

@@ -91,6 +91,9 @@ type outMsg struct {
 type flight struct {
 	m outMsg
 	f jetstream.PubAckFuture
+	// failed is set once f's error was taken from it (a future's error
+	// channel yields its error once).
+	failed bool
 }
 
 func newRelay(r *relay) *relay {
@@ -244,6 +247,7 @@ func (r *relay) run(ctx context.Context) {
 				}
 			}
 			if err != nil {
+				inflight[0].failed = true
 				return err
 			}
 			r.setStored(p.m.seq)
@@ -315,7 +319,7 @@ func (r *relay) run(ctx context.Context) {
 			pending, inflight = r.recover(ctx, err, inflight, pending)
 			continue
 		}
-		inflight = append(inflight, flight{m, f})
+		inflight = append(inflight, flight{m: m, f: f})
 		pending = pending[1:]
 		block := len(inflight) >= r.window
 		if err := resolve(block); err != nil {
@@ -334,6 +338,9 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	r.metrics.publishErrors.Inc()
 	wrong := fence.WrongLastSequence(cause)
 	for _, p := range inflight {
+		if p.failed {
+			continue // its error is the cause
+		}
 		select {
 		case <-p.f.Ok():
 			r.setStored(p.m.seq)
