@@ -348,7 +348,7 @@ func (f *Fleet) History(tenant, id string) Run {
 			case f.Names.QueryMsg(tenant, id):
 				seq, _ := strconv.ParseUint(m.Headers().Get(protocol.HeaderSeq), 10, 64)
 				att, _ := strconv.Atoi(m.Headers().Get(protocol.HeaderAttempt))
-				r.Lines = append(r.Lines, fleetcli.Line{Seq: seq, Attempt: att, Data: append([]byte(nil), m.Data()...)})
+				r.Lines = append(r.Lines, fleetapi.Line{Seq: seq, Attempt: att, Data: append([]byte(nil), m.Data()...)})
 			case f.Names.QueryStatus(tenant, id):
 				var ev protocol.StatusEvent
 				require.NoError(f.t, json.Unmarshal(m.Data(), &ev))
