@@ -48,7 +48,7 @@
 // agent worked in is not trusted: every git command runs with hooks,
 // fsmonitor, external diff drivers and the sandbox's credential helpers and
 // prompts off, and the push goes out of a fresh bare repository of the
-// fleet's (.git/fleet-push, objects borrowed through alternates), so no
+// fleet's (.git/fleet-push-<random>, objects borrowed through alternates), so no
 // config the agent wrote (http.proxy, url.*.insteadOf, include.path) sees
 // the credential.
 //

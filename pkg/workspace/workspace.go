@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -435,14 +437,19 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// pushDir is the fleet's own repository the push goes out of: a fresh
-// bare repository whose config the agent never touched, borrowing the
-// checkout's objects through alternates.
-const pushDir = ".git/fleet-push"
+// pushDirPrefix names the fleet's own repository the push goes out of: a
+// fresh bare repository whose config the agent never touched, borrowing the
+// checkout's objects through alternates. Its name ends in random bytes, so
+// an agent cannot plant a config there beforehand (git init keeps the
+// config of a repository that exists).
+const pushDirPrefix = ".git/fleet-push-"
 
 // push pushes end to the work branch of the remote.
 func (w *Workspaces) push(ctx context.Context, sb sandbox.Sandbox, base Base, end string) error {
 	repo := base.Spec.Workspace.Repo
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:])
+	pushDir := pushDirPrefix + hex.EncodeToString(rnd[:])
 	if _, err := w.mustGit(ctx, sb, "pushinit", "init", "-q", "--bare", pushDir); err != nil {
 		return err
 	}

@@ -412,6 +412,9 @@ func (s *suite) testCredentials(t *testing.T) {
 		require.NoError(t, sb.WriteFile(ctx, ".git/hooks/"+hook, dump))
 	}
 	require.NoError(t, sb.WriteFile(ctx, "dump.sh", dump))
+	// A config planted where a fleet repository of a fixed name would be made.
+	require.NoError(t, sb.WriteFile(ctx, ".git/fleet-push/config", []byte("[core]\n\tbare = true\n\tsshCommand = ./dump.sh\n[http]\n\tproxy = http://127.0.0.1:1\n")))
+	require.NoError(t, sb.WriteFile(ctx, ".git/fleet-push/HEAD", []byte("ref: refs/heads/main\n")))
 	Run(t, ctx, sb, "sh", "-c", "chmod +x .git/hooks/* dump.sh && git config core.fsmonitor ./dump.sh && git config http.proxy http://127.0.0.1:1 && git config url.http://127.0.0.1:1/.insteadOf "+srv.URL+"/")
 	art, err := ws.Capture(ctx, sb, base)
 	require.NoError(t, err)
