@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
 )
 
 // The fleet runs on the shipped deploy/nats/nats-server.conf with every role
@@ -68,6 +69,15 @@ func TestDeployConfigPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, rep.Error)
 	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "perm-2", wait).Final.State)
+
+	// A workspace job: the worker publishes its .artifact; the client reads it back.
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	wsJob, _ := json.Marshal(protocol.Job{ID: "perm-ws", Prompt: "/standin append=x.txt", Workspace: &protocol.Workspace{Repo: repo.URL}})
+	f.PublishJob("default", wsJob, nil)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "perm-ws", wait).Final.State)
+	art, err := f.Client.Artifact(ctx, "default", "perm-ws")
+	require.NoError(t, err, "the worker published the artifact and the client may read it")
+	require.Equal(t, repo.Main, art.StartSHA)
 
 	// A subscriber tails live with a core subscription.
 	sub := connect(t, "subscriber")

@@ -20,6 +20,7 @@
 //	QueryMsg(t, id)             fleet.query.<t>.<id>.msg     one message per agent stdout line
 //	QueryStatus(t, id)          fleet.query.<t>.<id>.status  lifecycle events (StatusEvent)
 //	QueryCtl(t, id)             fleet.query.<t>.<id>.ctl     control input (CtlOp)
+//	QueryArtifact(t, id)        fleet.query.<t>.<id>.artifact  a workspace job's manifest (Artifact, SPEC 8)
 //	QueryAll(t, id)             fleet.query.<t>.<id>.>
 //	QueriesWildcard()           fleet.query.>
 //	StatusWildcard()            fleet.query.*.*.status
