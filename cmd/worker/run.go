@@ -178,7 +178,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		log.Error().Err(err).Msg("worker")
 		return 2
 	}
-	hs, err := httpserve.Start(httpAddr, w.Ready, reg, log)
+	hs, err := httpserve.StartWithReason(httpAddr, w.NotReady, reg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("--http")
 		return 1

@@ -152,6 +152,8 @@ type WorkerOpts struct {
 	Mod      func(*worker.Config)
 	AgentMod func(*agent.Config)
 	EnvAllow []string
+	// JournalMod changes the journal's config (e.g. its fault seam).
+	JournalMod func(*journal.Config)
 }
 
 // StartWorker starts an in-process worker with its own connection, journal
@@ -165,7 +167,7 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 		store = f.Objects
 	}
 	jdir := t.TempDir()
-	jl, err := journal.New(journal.Config{
+	jcfg := journal.Config{
 		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
 		RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		AssembleFunc: func(ctx context.Context, tenant, id string) error {
@@ -174,7 +176,11 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
 			return storage.ReassembleIfAssembled(ctx, store, tenant, id)
 		},
-	})
+	}
+	if o.JournalMod != nil {
+		o.JournalMod(&jcfg)
+	}
+	jl, err := journal.New(jcfg)
 	require.NoError(t, err)
 	require.NoError(t, jl.Start(context.Background()))
 	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), EnvAllow: o.EnvAllow})

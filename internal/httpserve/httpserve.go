@@ -23,6 +23,17 @@ type Server struct {
 // Start returns nil, nil) and serves in the background. ready reports
 // readiness; gatherer provides the metrics.
 func Start(addr string, ready func() bool, gatherer prometheus.Gatherer, log zerolog.Logger) (*Server, error) {
+	return StartWithReason(addr, func() error {
+		if ready() {
+			return nil
+		}
+		return errors.New("not ready")
+	}, gatherer, log)
+}
+
+// StartWithReason is Start with a readiness check that says why it is not
+// ready: /readyz answers 503 with that reason.
+func StartWithReason(addr string, notReady func() error, gatherer prometheus.Gatherer, log zerolog.Logger) (*Server, error) {
 	if addr == "" || addr == "127.0.0.1:0" || addr == "off" {
 		return nil, nil
 	}
@@ -31,8 +42,8 @@ func Start(addr string, ready func() bool, gatherer prometheus.Gatherer, log zer
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if err := notReady(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -2,6 +2,7 @@ package httpserve_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -53,7 +54,31 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 		"fleet_worker_free_slots 4", "fleet_worker_running_slots 0",
 		"fleet_worker_journal_backlog_lines 12", "fleet_worker_journal_backlog_bytes 3456",
 		"fleet_worker_lines_relayed_total 0", "fleet_worker_publish_errors_total 0",
+		"fleet_worker_journal_full 0", "fleet_worker_lines_not_journaled_total 0",
 	} {
 		require.Contains(t, body, m)
 	}
+}
+
+// TestReadyzSaysWhy: a component that is not ready says why in /readyz.
+func TestReadyzSaysWhy(t *testing.T) {
+	t.Parallel()
+	var why atomic.Pointer[error]
+	notReady := func() error {
+		if p := why.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}
+	s, err := httpserve.StartWithReason("127.0.0.1:", notReady, prometheus.NewRegistry(), zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	full := errors.New("not pulling jobs: journal disk full (/var/lib/fleet): no space left on device")
+	why.Store(&full)
+	code, body := get(t, "http://"+s.Addr()+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "journal disk full")
+	why.Store(nil)
+	code, _ = get(t, "http://"+s.Addr()+"/readyz")
+	require.Equal(t, http.StatusOK, code)
 }

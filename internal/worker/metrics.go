@@ -14,6 +14,10 @@ type Metrics struct {
 	bytesRelayed  prometheus.Counter
 	publishErrors prometheus.Counter
 	redeliveries  prometheus.Counter
+	// journalFull is 1 while the journal's disk is full (the worker then
+	// pulls no jobs); linesNotJournaled counts lines relayed meanwhile.
+	journalFull       prometheus.Gauge
+	linesNotJournaled prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -47,10 +51,16 @@ func NewMetrics(reg prometheus.Registerer, slots int, backlog func() (lines, byt
 		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_worker_redeliveries_total", Help: "Jobs received with more than one delivery.",
 		}),
+		journalFull: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleet_worker_journal_full", Help: "1 while the journal's disk is full: the worker pulls no jobs until it has room.",
+		}),
+		linesNotJournaled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_worker_lines_not_journaled_total", Help: "Lines relayed to NATS without a journal copy because its disk was full (the archiver stores them).",
+		}),
 	}
 	m.freeSlots.Set(float64(slots))
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.runDuration, m.running, m.freeSlots, m.linesRelayed, m.bytesRelayed, m.publishErrors, m.redeliveries)
+		reg.MustRegister(m.jobs, m.runDuration, m.running, m.freeSlots, m.linesRelayed, m.bytesRelayed, m.publishErrors, m.redeliveries, m.journalFull, m.linesNotJournaled)
 		if backlog != nil {
 			reg.MustRegister(
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{

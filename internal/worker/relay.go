@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -130,7 +131,14 @@ func (r *relay) emit(line []byte) error {
 	}
 	seq := r.seq + 1
 	if err := r.journal.Append(seq, line); err != nil {
-		return fmt.Errorf("worker: journal query %s seq %d: %w", r.id, seq, err)
+		if !errors.Is(err, journal.ErrNoSpace) || len(line) > r.maxPayload {
+			return fmt.Errorf("worker: journal query %s seq %d: %w", r.id, seq, err)
+		}
+		// The journal's disk is full: the line still goes to NATS, where
+		// FLEET_QUERIES keeps it and the archiver stores it in the
+		// transcript. (A line too large for NATS has no such way, above.)
+		r.metrics.linesNotJournaled.Inc()
+		r.metrics.journalFull.Set(1)
 	}
 	r.seq = seq
 	data := line

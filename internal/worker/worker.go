@@ -250,10 +250,68 @@ func New(cfg Config) (*Worker, error) {
 // ID is the worker's name.
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// Ready reports whether the worker is connected, has found the work consumer
-// and is not shutting down.
-func (w *Worker) Ready() bool {
-	return w.ready.Load() && !w.stopping.Load() && w.cfg.NC.IsConnected()
+// Ready reports whether the worker is connected, has found the work
+// consumer, has room in its journal and is not shutting down.
+func (w *Worker) Ready() bool { return w.NotReady() == nil }
+
+// NotReady says why the worker does not take jobs now (nil when it does).
+func (w *Worker) NotReady() error {
+	switch {
+	case w.stopping.Load():
+		return errors.New("shutting down")
+	case !w.cfg.NC.IsConnected():
+		return errors.New("not connected to NATS")
+	case !w.ready.Load():
+		return errors.New("waiting for the work consumer")
+	}
+	if full, _ := w.cfg.Journal.Full(); full != nil {
+		return fmt.Errorf("not pulling jobs: %w", full)
+	}
+	return nil
+}
+
+// holdWhileJournalFull keeps a job pulled just before the journal's disk
+// filled (heartbeating it, so it is neither redelivered nor counted as a
+// delivery) until the disk has room. It reports false when the worker stops
+// first.
+func (w *Worker) holdWhileJournalFull(msg jetstream.Msg, ackWait time.Duration) bool {
+	full, recovered := w.cfg.Journal.Full()
+	if full == nil {
+		return true
+	}
+	w.metrics.journalFull.Set(1)
+	w.log.Error().Err(full).Msg("holding a pulled job until the journal's disk has room")
+	t := time.NewTicker(max(ackWait/3, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-recovered:
+			w.metrics.journalFull.Set(0)
+			return true
+		case <-t.C:
+			_ = msg.InProgress()
+		case <-w.stopCh:
+			return false
+		}
+	}
+}
+
+// waitJournalRoom holds the pull loop while the journal's disk is full:
+// running jobs go on (their lines still reach NATS), no new one starts.
+func (w *Worker) waitJournalRoom() {
+	full, recovered := w.cfg.Journal.Full()
+	if full == nil {
+		w.metrics.journalFull.Set(0)
+		return
+	}
+	w.metrics.journalFull.Set(1)
+	w.log.Error().Err(full).Msg("not pulling jobs until the journal's disk has room; running jobs go on")
+	select {
+	case <-recovered:
+		w.metrics.journalFull.Set(0)
+		w.log.Info().Msg("the journal's disk has room again; pulling jobs")
+	case <-w.stopCh:
+	}
 }
 
 // Start starts pulling. It returns at once; until the work consumer exists
@@ -367,6 +425,7 @@ func (w *Worker) pull(it jetstream.MessagesContext, ackWait time.Duration) {
 		// Take a slot before asking for a job. While shutting down no slot
 		// is needed: Next only drains what the iterator already holds.
 		acquired := false
+		w.waitJournalRoom()
 		if !w.stopping.Load() {
 			select {
 			case w.slots <- struct{}{}:
@@ -397,6 +456,11 @@ func (w *Worker) pull(it jetstream.MessagesContext, ackWait time.Duration) {
 		}
 		if w.stopping.Load() || !acquired {
 			// Pulled while shutting down: hand it back at once.
+			_ = msg.Nak()
+			release()
+			continue
+		}
+		if !w.holdWhileJournalFull(msg, ackWait) {
 			_ = msg.Nak()
 			release()
 			continue

@@ -50,13 +50,15 @@ func (p FsyncPolicy) String() string {
 
 // Defaults of Config.
 const (
-	DefaultFsyncInterval  = 100 * time.Millisecond
-	DefaultChunkBytes     = 1 << 20
-	DefaultFlushInterval  = 500 * time.Millisecond
-	DefaultLargeLineBytes = 1 << 20
-	DefaultRetryMin       = 100 * time.Millisecond
-	DefaultRetryMax       = 30 * time.Second
-	DefaultAttemptTimeout = 30 * time.Second
+	DefaultFsyncInterval      = 100 * time.Millisecond
+	DefaultChunkBytes         = 1 << 20
+	DefaultFlushInterval      = 500 * time.Millisecond
+	DefaultLargeLineBytes     = 1 << 20
+	DefaultRetryMin           = 100 * time.Millisecond
+	DefaultRetryMax           = 30 * time.Second
+	DefaultAttemptTimeout     = 30 * time.Second
+	DefaultReserveBytes       = 1 << 20
+	DefaultSpaceProbeInterval = time.Second
 )
 
 // MaxLineBytes is the largest line Append accepts (1 GiB).
@@ -114,6 +116,14 @@ type Config struct {
 	// AttemptTimeout bounds each storage (and AssembleFunc) call. Defaults to
 	// 30s.
 	AttemptTimeout time.Duration
+	// ReserveBytes of the journal's disk are held in a file from Start and
+	// released when the disk is found full, so the flusher can still record
+	// chunks and free space. 0 means the default, a negative value turns it
+	// off. Defaults to 1 MiB.
+	ReserveBytes int
+	// SpaceProbeInterval is how often a full disk is checked for room
+	// again. Defaults to 1s.
+	SpaceProbeInterval time.Duration
 	// Test holds hooks for tests. Defaults to real time.
 	Test TestConfig
 }
@@ -128,6 +138,11 @@ type TestConfig struct {
 	// NewTimerFunc starts a timer for FlushInterval waits; stop releases it.
 	// Defaults to time.NewTimer.
 	NewTimerFunc func(d time.Duration) (c <-chan time.Time, stop func() bool)
+	// WriteFault, if set, is the fault-injection seam of the journal's own
+	// disk: it is called before every WAL append ("wal"), reserve write
+	// ("reserve") and space probe ("probe"), and a non-nil error is
+	// treated as that write's error (e.g. syscall.ENOSPC for a full disk).
+	WriteFault func(op string) error
 }
 
 func (c Config) withDefaults() Config {
@@ -142,6 +157,8 @@ func (c Config) withDefaults() Config {
 	c.RetryMin = cmp.Or(c.RetryMin, DefaultRetryMin)
 	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
 	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
+	c.ReserveBytes = cmp.Or(c.ReserveBytes, DefaultReserveBytes)
+	c.SpaceProbeInterval = cmp.Or(c.SpaceProbeInterval, DefaultSpaceProbeInterval)
 	if c.Test.SleepFunc == nil {
 		c.Test.SleepFunc = sleepCtx
 	}
@@ -178,6 +195,8 @@ func (c Config) validate() error {
 		msg = "RetryMax must be at least RetryMin"
 	case c.AttemptTimeout < 0:
 		msg = "AttemptTimeout must be positive"
+	case c.SpaceProbeInterval < 0:
+		msg = "SpaceProbeInterval must be positive"
 	default:
 		return nil
 	}

@@ -107,6 +107,21 @@
 // what is still not persisted is listed in its error and recovered by the
 // next Start. Line contents are never logged.
 //
+// # Full disk
+//
+// Start writes Config.ReserveBytes (1 MiB) into <Dir>/.reserve. When a WAL
+// write finds the disk full (ENOSPC, EDQUOT), Append records nothing and
+// returns an error wrapping ErrNoSpace, the journal deletes the reserve (so
+// the flusher can still write the state file that records a chunk, upload,
+// and remove persisted logs, which frees their space) and Full reports the
+// reason until a prober (every Config.SpaceProbeInterval) finds room for
+// the reserve and as much again (statfs, no write) and writes the reserve
+// back. The worker stops pulling while the journal is full and still
+// publishes the lines it cannot journal; the archiver stores them in the
+// transcript from the stream. A final log with no line at all (everything
+// came while the disk was full) is not assembled by the journal. Config.Test.
+// WriteFault is the fault-injection seam for these paths.
+//
 // # On-disk format
 //
 // <Dir>/.lock is flocked by the running Journal (Start to Stop), so two

@@ -354,7 +354,8 @@ func appendLines(t *testing.T, l *Log, from, to uint64, size int) []byte {
 	return want
 }
 
-// dirFiles lists the regular files under dir, except the lock file.
+// dirFiles lists the regular files under dir, except the lock and
+// reserve files.
 func dirFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
@@ -362,7 +363,7 @@ func dirFiles(t *testing.T, dir string) []string {
 		if err != nil {
 			return err
 		}
-		if !d.IsDir() && path != filepath.Join(dir, lockFile) {
+		if !d.IsDir() && path != filepath.Join(dir, lockFile) && path != filepath.Join(dir, reserveFile) {
 			rel, _ := filepath.Rel(dir, path)
 			out = append(out, filepath.ToSlash(rel))
 		}

@@ -274,8 +274,17 @@ func (l *Log) finish(ctx context.Context) error {
 			}
 		}
 		if cfg.AssembleFunc != nil {
+			l.mu.Lock()
+			empty := l.writeOff == 0
+			l.mu.Unlock()
 			err := l.retry(ctx, "assemble transcript", func(ctx context.Context) error {
-				return cfg.AssembleFunc(ctx, l.key.tenant, l.key.id)
+				err := cfg.AssembleFunc(ctx, l.key.tenant, l.key.id)
+				if empty && errors.Is(err, storage.ErrNotFound) {
+					// Nothing was journaled (the disk was full): there is
+					// nothing to assemble here; the lines are in the stream.
+					return nil
+				}
+				return err
 			})
 			if err != nil {
 				return err

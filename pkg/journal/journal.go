@@ -53,6 +53,8 @@ type Journal struct {
 	backlogLines atomic.Int64
 	backlogBytes atomic.Int64
 
+	space space
+
 	mu      sync.Mutex
 	started bool
 	stopped bool // Stop was called
@@ -90,6 +92,7 @@ func New(cfg Config) (*Journal, error) {
 		retryLog:  rate.NewLimiter(rate.Every(5*time.Second), 3),
 		logs:      make(map[logKey]*Log),
 		stoppedCh: make(chan struct{}),
+		space:     space{wake: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -123,6 +126,14 @@ func (j *Journal) Start(ctx context.Context) error {
 		return err
 	}
 	j.lock = lock
+	if err := j.writeReserve(); err != nil {
+		// Started full: the journal refuses lines until the prober finds room.
+		if !noSpace(err) {
+			j.logger.Warn().Err(err).Msg("journal: writing the space reserve")
+		}
+		j.space.full = fmt.Errorf("journal disk full (%s): %w", j.cfg.Dir, err)
+		j.space.recovered = make(chan struct{})
+	}
 	j.runCtx, j.runCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	j.stopCtx, j.stopCancel = context.WithCancel(j.runCtx)
 	j.started = true
@@ -134,6 +145,8 @@ func (j *Journal) Start(ctx context.Context) error {
 		j.background.Add(1)
 		go j.syncLoop()
 	}
+	j.background.Add(1)
+	go j.spaceLoop()
 	j.logger.Info().Int("recovered_logs", len(recovered)).Str("fsync", j.cfg.Fsync.String()).Msg("journal started")
 	return nil
 }

@@ -133,6 +133,15 @@ func (l *Log) Append(seq uint64, line []byte) error {
 		return fmt.Errorf("journal: append %s seq %d: %w (last seq %d)", l.key, seq, ErrSeqOrder, l.lastSeq)
 	}
 	var err error
+	if fault := cfg.Test.WriteFault; fault != nil {
+		if err := fault("wal"); err != nil {
+			if noSpace(err) {
+				l.j.markFull(err)
+				return fmt.Errorf("journal: append %s seq %d: %w: %w", l.key, seq, ErrNoSpace, err)
+			}
+			return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
+		}
+	}
 	if len(line) <= smallLine {
 		l.scratch = appendRecord(l.scratch[:0], seq, line)
 		_, err = l.f.Write(l.scratch)
@@ -147,6 +156,10 @@ func (l *Log) Append(seq uint64, line []byte) error {
 		// Roll back a partial record so the next one starts at writeOff.
 		if terr := l.f.Truncate(l.writeOff); terr != nil {
 			l.broken = errors.Join(err, terr)
+		}
+		if noSpace(err) {
+			l.j.markFull(err)
+			return fmt.Errorf("journal: append %s seq %d: %w: %w", l.key, seq, ErrNoSpace, err)
 		}
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
 	}

@@ -21,7 +21,7 @@ func (j *Journal) recover() ([]*Log, error) {
 		return nil, fmt.Errorf("journal: recover: %w", err)
 	}
 	for _, t := range tenants {
-		if t.Name() == lockFile {
+		if t.Name() == lockFile || strings.HasPrefix(t.Name(), reserveFile) {
 			continue
 		}
 		if !t.IsDir() || validSegment(t.Name()) != nil {
