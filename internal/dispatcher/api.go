@@ -126,7 +126,12 @@ func (s *Service) handleCancel(m *nats.Msg) {
 		return
 	}
 	s.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("cancel requested")
-	reply(m, protocol.APIReply{OK: true})
+	st, err := s.cancelQueued(ctx, ref)
+	if err != nil {
+		// The cancel is on record; the worker that takes the job ends it.
+		s.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("ending the queued query at once")
+	}
+	reply(m, protocol.APIReply{OK: true, Status: st})
 }
 
 func (s *Service) handleStatus(m *nats.Msg) {

@@ -91,46 +91,115 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 // endQuery gives a dead-lettered query its synthetic result (on the stream
 // and in the transcript) and its failed status, unless it already ended.
 func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, jobSeq uint64) error {
-	n := s.names
 	if st, err := s.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() && st.JobSeq >= jobSeq {
 		return nil
 	}
+	_, err := s.end(ctx, ending{
+		tenant: tenant, id: id, attempt: attempt, jobSeq: jobSeq,
+		state: protocol.StateFailed, reason: protocol.ReasonMaxDeliveries, code: protocol.CodeMaxDeliveries,
+		message: fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", attempt, s.names.DLQ(tenant)),
+	})
+	return err
+}
+
+// ending is how the dispatcher ends a query no worker will end.
+type ending struct {
+	tenant, id            string
+	attempt               int
+	jobSeq                uint64
+	state                 protocol.State
+	reason, code, message string
+	// expectStatusSeq, when not 0, makes the result line and the status
+	// compare-and-sets against the query's .status subject: they are stored
+	// only while its last message is still that one (the "queued" status a
+	// cancel saw), so nothing is written once a worker has claimed the run.
+	expectStatusSeq uint64
+}
+
+// Headers of a JetStream compare-and-set on another subject of the stream.
+const (
+	hdrExpectLastSubjectSeq        = "Nats-Expected-Last-Subject-Sequence"
+	hdrExpectLastSubjectSeqSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
+)
+
+// wrongLastSequence reports whether err is the server refusing a
+// compare-and-set (10071; 10164 on a replicated stream).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// end writes a query's synthetic result (on the stream, then in the
+// transcript) and its terminal status, and reports whether it did. With
+// expectStatusSeq set it reports false when a compare-and-set fails: a
+// worker has the run.
+func (s *Service) end(ctx context.Context, e ending) (bool, error) {
+	n := s.names
 	qs, err := s.js.Stream(ctx, n.QueriesStream())
 	if err != nil {
-		return err
+		return false, err
 	}
 	var lastSeq uint64
-	if last, err := qs.GetLastMsgForSubject(ctx, n.QueryMsg(tenant, id)); err == nil {
+	if last, err := qs.GetLastMsgForSubject(ctx, n.QueryMsg(e.tenant, e.id)); err == nil {
 		lastSeq, _ = strconv.ParseUint(last.Header.Get(protocol.HeaderSeq), 10, 64)
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return err
+		return false, err
 	}
 	seq := lastSeq + 1
-	msgText := fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", attempt, n.DLQ(tenant))
-	line := protocol.SyntheticResult(protocol.SyntheticInput{Reason: protocol.ReasonMaxDeliveries, Message: msgText})
-	pm := nats.NewMsg(n.QueryMsg(tenant, id))
+	line := protocol.SyntheticResult(protocol.SyntheticInput{Reason: e.reason, Message: e.message})
+	pm := nats.NewMsg(n.QueryMsg(e.tenant, e.id))
 	pm.Data = line
 	pm.Header.Set(protocol.HeaderSeq, strconv.FormatUint(seq, 10))
-	pm.Header.Set(protocol.HeaderAttempt, strconv.Itoa(attempt))
-	pm.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(tenant, id, attempt, seq))
+	pm.Header.Set(protocol.HeaderAttempt, strconv.Itoa(e.attempt))
+	pm.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(e.tenant, e.id, e.attempt, seq))
 	pm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	if e.expectStatusSeq != 0 {
+		pm.Header.Set(hdrExpectLastSubjectSeq, strconv.FormatUint(e.expectStatusSeq, 10))
+		pm.Header.Set(hdrExpectLastSubjectSeqSubject, n.QueryStatus(e.tenant, e.id))
+	}
 	if _, err := s.js.PublishMsg(ctx, pm); err != nil {
-		return fmt.Errorf("publishing the synthetic result: %w", err)
+		if e.expectStatusSeq != 0 && wrongLastSequence(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("publishing the synthetic result: %w", err)
 	}
 	chunk := append(append([]byte(nil), line...), '\n')
-	if err := s.cfg.Objects.Put(ctx, storage.ChunkKey(tenant, id, seq, attempt), chunk); err != nil {
-		return fmt.Errorf("storing the synthetic result: %w", err)
+	if err := s.cfg.Objects.Put(ctx, storage.ChunkKey(e.tenant, e.id, seq, e.attempt), chunk); err != nil {
+		return true, fmt.Errorf("storing the synthetic result: %w", err)
 	}
-	if err := storage.AssembleTranscript(ctx, s.cfg.Objects, tenant, id); err != nil {
-		return fmt.Errorf("assembling the transcript: %w", err)
+	if err := storage.AssembleTranscript(ctx, s.cfg.Objects, e.tenant, e.id); err != nil {
+		return true, fmt.Errorf("assembling the transcript: %w", err)
 	}
+	code := e.code
 	ev := protocol.StatusEvent{
-		V: protocol.SchemaVersion, ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
-		JobSeq: jobSeq, Worker: "dispatcher", At: time.Now().UTC(),
-		Error:  apiError(protocol.CodeMaxDeliveries, msgText),
+		V: protocol.SchemaVersion, ID: e.id, Tenant: e.tenant, State: e.state, Attempt: e.attempt,
+		JobSeq: e.jobSeq, Worker: "dispatcher", At: time.Now().UTC(),
+		Error:  apiError(code, e.message),
 		Result: &protocol.ResultSummary{Subtype: "error_during_execution", IsError: true, Synthetic: true, LastSeq: seq},
 	}
-	return s.publishJSON(ctx, n.QueryStatus(tenant, id), ev, "")
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return true, err
+	}
+	sm := nats.NewMsg(n.QueryStatus(e.tenant, e.id))
+	sm.Data = b
+	sm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	var opts []jetstream.PublishOpt
+	if e.expectStatusSeq != 0 {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(e.expectStatusSeq))
+	}
+	if _, err := s.js.PublishMsg(ctx, sm, opts...); err != nil {
+		if e.expectStatusSeq != 0 && wrongLastSequence(err) {
+			// A worker claimed the run between the two compare-and-sets;
+			// it has seen the cancel and ends the run itself.
+			s.log.Warn().Str("tenant", e.tenant).Str("query_id", e.id).
+				Msg("a worker took the query while it was being ended; its result line stays on the stream before the run's")
+			return false, nil
+		}
+		return true, fmt.Errorf("publishing the %s status: %w", e.state, err)
+	}
+	return true, nil
 }
 
 // deadLetterScan bounds how many dead letters one listing reads (a tenant

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
@@ -140,4 +141,61 @@ func TestAgentStderrReachesFollowAndStatus(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &ev))
 	require.Equal(t, "starting\n"+said+"\n", ev.Result.StderrTail)
 	require.Contains(t, ev.Error.Message, "stderr: "+said)
+}
+
+// A cancel of a job still waiting for a slot ends it at once: status and
+// ls say cancelled right away, the stream ends with the synthetic result,
+// and no worker ever starts it (issue 8.6).
+func TestCancelOfAQueuedJobShowsCancelledAtOnce(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 8)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}})
+	fleettest.WaitReady(t, w.W)
+	url := f.Srv.ClientURL()
+	f.SubmitJSON("default", "busy", "/standin sleep=1h")
+	require.Equal(t, "busy", <-started)
+
+	code, _, errOut := runCLI(t, url, "", "submit", "--id", "waiting", "never runs")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	code, _, errOut = runCLI(t, url, "", "cancel", "waiting")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, errOut, "default/waiting cancelled (it was still queued)")
+
+	// At once: the only slot is still busy.
+	code, out, errOut := runCLI(t, url, "", "status", "waiting")
+	require.Equal(t, fleetcli.ExitCancelled, code, errOut)
+	require.Contains(t, out, `"state": "cancelled"`)
+	r := f.Follow("default", "waiting", wait)
+	require.Equal(t, protocol.StateCancelled, r.Final.State)
+	require.Equal(t, protocol.CodeCancelled, r.Final.Error.Code)
+	require.Len(t, r.Lines, 1, "only the synthetic result: the agent never started")
+	res, err := protocol.ParseMessage(r.Lines[0].Data).AsResult()
+	require.NoError(t, err)
+	require.Equal(t, protocol.ReasonCancelled, res.XFleet.Reason)
+	require.Equal(t, string(r.Lines[0].Data)+"\n", string(f.Transcript(f.Objects, "default", "waiting")))
+	fleettest.Eventually(t, wait, func() bool {
+		_, out, _ := runCLI(t, url, "", "ls", "--state", "cancelled")
+		return strings.Contains(out, "waiting")
+	}, "ls shows it cancelled")
+
+	// Free the slot: the next job runs, "waiting" never does, and it keeps
+	// its one terminal status.
+	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "busy"), []byte(`{"op":"cancel"}`)))
+	require.Equal(t, protocol.StateCancelled, f.Follow("default", "busy", wait).Final.State)
+	f.SubmitJSON("default", "after", "x")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "after", wait).Final.State)
+	require.Equal(t, "after", <-started, "the cancelled job was never started")
+	qs, err := f.JS.Stream(context.Background(), f.Names.QueriesStream())
+	require.NoError(t, err)
+	subj := f.Names.QueryStatus("default", "waiting")
+	info, err := qs.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.State.Subjects[subj], "queued, then the one terminal status")
+	subj = f.Names.QueryMsg("default", "waiting")
+	info, err = qs.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Subjects[subj], "one result line")
 }

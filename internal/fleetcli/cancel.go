@@ -70,6 +70,10 @@ func (c *cancelCmd) Run(ctx context.Context, e *Env) int {
 		}
 		return replyError(e.Err, r.Error)
 	}
+	if r.Status != nil && r.Status.State == protocol.StateCancelled {
+		fmt.Fprintf(e.Err, "%s/%s cancelled (it was still queued)\n", ref.Tenant, ref.ID)
+		return ExitOK
+	}
 	fmt.Fprintf(e.Err, "cancel requested for %s/%s\n", ref.Tenant, ref.ID)
 	return ExitOK
 }
