@@ -22,6 +22,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
@@ -172,7 +173,9 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	w, err := worker.New(worker.Config{
 		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName, OtherSandboxes: otherSandboxes,
 		Runner: runner, Journal: jl, Workspaces: workspaces, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
-		Metrics: worker.NewMetrics(reg, slots, jl.Backlog),
+		Metrics:     worker.NewMetrics(reg, slots, jl.Backlog),
+		Sessions:    session.Config{Command: command, Logger: &log},
+		Checkpoints: objects,
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("worker")

@@ -162,9 +162,7 @@ func textsOf(content json.RawMessage, results bool) []string {
 				out = append(out, str)
 				continue
 			}
-			for _, t := range textsOf(b.Content, false) {
-				out = append(out, t)
-			}
+			out = append(out, textsOf(b.Content, false)...)
 		}
 	}
 	return out

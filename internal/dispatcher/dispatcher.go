@@ -173,7 +173,7 @@ func (s *Service) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.consumes = append(s.consumes, cc)
 	s.mu.Unlock()
-	return nil
+	return s.startSessions(ctx)
 }
 
 // Stop stops serving; in-flight handlers and the index batch being written

@@ -88,6 +88,25 @@ func TestDeployConfigPermissions(t *testing.T) {
 	_, err = s.NextMsg(wait)
 	require.NoError(t, err)
 
+	// A session: the worker reads its input log (an ordered consumer of
+	// the query's .ctl), the producer sends an input through the API and
+	// ends it on .ctl.
+	sess, _ := json.Marshal(protocol.Job{ID: "perm-s", Prompt: "hello session", Session: &protocol.Session{}})
+	_, err = pjs.Publish(ctx, f.Names.JobSubject("default"), sess)
+	require.NoError(t, err)
+	in, _ := json.Marshal(protocol.SessionOpRequest{ID: "perm-s", SessionOp: protocol.SessionOp{Text: "second"}})
+	fleettest.Eventually(t, wait, func() bool {
+		m, err := prod.Request(f.Names.APISessionOp(protocol.OpInput), in, 10*time.Second)
+		var rep protocol.APIReply
+		return err == nil && json.Unmarshal(m.Data, &rep) == nil && rep.OK
+	}, "the dispatcher accepts an input for the session")
+	end, _ := json.Marshal(protocol.CtlOp{Op: protocol.OpEnd})
+	_, err = pjs.Publish(ctx, f.Names.QueryCtl("default", "perm-s"), end)
+	require.NoError(t, err)
+	r = f.Follow("default", "perm-s", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, 2, r.Final.Turn)
+
 	select {
 	case v := <-violations:
 		t.Fatalf("a role was refused something it needs: %s", v)

@@ -31,6 +31,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
@@ -154,6 +155,8 @@ type WorkerOpts struct {
 	EnvAllow []string
 	// JournalMod changes the journal's config (e.g. its fault seam).
 	JournalMod func(*journal.Config)
+	// SandboxEnv is fixed environment for every sandboxed process.
+	SandboxEnv map[string]string
 }
 
 // StartWorker starts an in-process worker with its own connection, journal
@@ -183,7 +186,7 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	jl, err := journal.New(jcfg)
 	require.NoError(t, err)
 	require.NoError(t, jl.Start(context.Background()))
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), EnvAllow: o.EnvAllow})
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), EnvAllow: o.EnvAllow, Env: o.SandboxEnv})
 	require.NoError(t, err)
 	acfg := agent.Config{Command: AgentCommand(t), ResultGrace: 5 * time.Second, KillGrace: 2 * time.Second, Logger: &f.Logger}
 	if o.AgentMod != nil {
@@ -198,6 +201,8 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 		NC: nc, Names: f.Names, Slots: o.Slots, Providers: map[string]sandbox.Provider{"local": local},
 		Runner: runner, Journal: jl, ShutdownGrace: o.Grace, Logger: &f.Logger,
 		ConsumerRetry: 50 * time.Millisecond, Workspaces: ws,
+		Sessions:    session.Config{Command: acfg.Command, KillGrace: acfg.KillGrace, Logger: &f.Logger},
+		Checkpoints: store,
 	}
 	if o.Mod != nil {
 		o.Mod(&cfg)

@@ -3,6 +3,7 @@ package fleettest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
@@ -59,13 +61,22 @@ func workerProcess(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: sbdir})
+	// A test may give the agent command and the sandbox's fixed env (JSON).
+	var sbEnv map[string]string
+	if v := os.Getenv(envSandboxEnv); v != "" {
+		_ = json.Unmarshal([]byte(v), &sbEnv)
+	}
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: sbdir, Env: sbEnv})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	exe, _ := os.Executable()
-	runner, err := agent.New(agent.Config{Command: []string{exe, StandinFlag}})
+	command := []string{exe, StandinFlag}
+	if v := os.Getenv(envAgent); v != "" {
+		_ = json.Unmarshal([]byte(v), &command)
+	}
+	runner, err := agent.New(agent.Config{Command: command})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -74,6 +85,8 @@ func workerProcess(args []string) int {
 	w, err := worker.New(worker.Config{
 		NC: nc, Slots: 1, Providers: map[string]sandbox.Provider{"local": local}, Runner: runner, Journal: jl,
 		ConsumerRetry: 50 * time.Millisecond,
+		Sessions:      session.Config{Command: command},
+		Checkpoints:   store,
 		Test: worker.TestConfig{RunStarted: func(tenant, id string, attempt int) {
 			out <- fmt.Sprintf("started %s %d", id, attempt)
 		}},
@@ -102,13 +115,36 @@ type WorkerProc struct {
 	lines chan string
 }
 
+// Environment of a worker process: its agent command and its sandbox's
+// fixed environment, as JSON.
+const (
+	envAgent      = "FLEET_E2E_AGENT"
+	envSandboxEnv = "FLEET_E2E_SANDBOX_ENV"
+)
+
 // StartWorkerProcess starts a worker as a child process (so a test can
 // SIGKILL it) and waits until it pulls.
 func StartWorkerProcess(t *testing.T, url, jdir, sdir string) *WorkerProc {
 	t.Helper()
+	return StartWorkerProcessWith(t, url, jdir, sdir, nil, nil)
+}
+
+// StartWorkerProcessWith is StartWorkerProcess with an agent command (nil:
+// the stand-in) and a fixed environment for its sandboxes.
+func StartWorkerProcessWith(t *testing.T, url, jdir, sdir string, agentCmd []string, sandboxEnv map[string]string) *WorkerProc {
+	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, WorkerFlag, url, jdir, sdir, t.TempDir())
+	cmd.Env = os.Environ()
+	if agentCmd != nil {
+		b, _ := json.Marshal(agentCmd)
+		cmd.Env = append(cmd.Env, envAgent+"="+string(b))
+	}
+	if sandboxEnv != nil {
+		b, _ := json.Marshal(sandboxEnv)
+		cmd.Env = append(cmd.Env, envSandboxEnv+"="+string(b))
+	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -15,6 +15,9 @@
 //   - replays a recorded real session unchanged (--standin-replay=NAME, NAME
 //     one of plain-text, read-tool, tool-use-mcp).
 //
+// With --input-format stream-json it is a session instead (session.go): it
+// reads user lines from stdin and answers each as one turn, until EOF.
+//
 // A prompt that starts with "/standin" is read as test directives instead
 // (space-separated key=value), so tests and benchmarks can script it:
 //
@@ -92,6 +95,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			time.Sleep(time.Hour)
 			return 0
 		}
+	}
+	if slices.Contains(args, "stream-json") && slices.Contains(args, "--input-format") {
+		return runSession(args, stdin, stdout)
 	}
 	prompt, err := io.ReadAll(stdin)
 	if err != nil {

@@ -190,6 +190,10 @@ type query struct {
 	ackWait  time.Duration
 	// fw publishes this attempt's statuses through the fence (set by claim).
 	fw *fence.Writer
+	// sess is set for session jobs (session.go); resumeRefused when
+	// options.resume named nothing of the tenant.
+	sess          *sessionRun
+	resumeRefused bool
 }
 
 func (q *query) run(provider sandbox.Provider, env map[string]string) {
@@ -278,6 +282,7 @@ const (
 	outcomeRetry                   // infrastructure failure: Nak with backoff
 	outcomeHandback                // shutdown: Nak at once
 	outcomeFenced                  // a later attempt owns the query
+	outcomeParked                  // a session parked: parked status, Ack (session.go)
 )
 
 // outcomeOf decides the outcome; the order of the checks is their
@@ -288,6 +293,8 @@ func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
 		return outcomeFenced
 	case out.HandedBack:
 		return outcomeHandback
+	case q.sess != nil && q.sess.parked && runErr == nil:
+		return outcomeParked
 	case runErr != nil && out.Result == nil:
 		return outcomeRetry
 	}
@@ -316,6 +323,8 @@ func (q *query) finish(rel *relay, jl journalCloser, out agent.Outcome, runErr e
 		_ = q.msg.Nak()
 		w.metrics.jobs.WithLabelValues("handed_back").Inc()
 		q.log.Info().Msg("job handed back")
+	case outcomeParked:
+		q.park(rel, jl)
 	case outcomeRetry:
 		fctx, cancel := context.WithTimeout(ctx, time.Minute)
 		_ = rel.flush(fctx)
@@ -354,7 +363,7 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 	if err := jl.Close(true); err != nil {
 		q.log.Error().Err(err).Msg("closing the journal")
 	}
-	ev := terminalStatus(out)
+	ev := q.adjustTerminal(terminalStatus(out))
 	ev.Result.Lines = out.Lines
 	ev.Result.LastSeq = rel.seq
 	ev.Workspace = q.wsStatus
@@ -622,7 +631,10 @@ func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[
 	if hook := w.cfg.Test.RunEnded; hook != nil {
 		defer hook(job.Tenant, job.ID, q.attempt)
 	}
-	return w.cfg.Runner.Run(ctx, agent.Request{
+	if job.Session != nil {
+		return q.runSession(ctx, sb, env, emit)
+	}
+	return q.runOneShot(ctx, sb, agent.Request{
 		Sandbox: sb, Job: job, Env: env, ProcID: "agent-" + strconv.Itoa(q.attempt), Timeout: timeout,
 	}, emit)
 }

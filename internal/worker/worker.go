@@ -55,6 +55,8 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/session"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
@@ -123,6 +125,13 @@ type Config struct {
 	Metrics *Metrics
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
+	// Sessions configures session jobs (SPEC 9); its Command is the agent
+	// program (the same as the runner's). Session jobs fail to start while
+	// Command is empty.
+	Sessions session.Config
+	// Checkpoints stores session checkpoints (queries/<tenant>/<id>/session/);
+	// nil disables sessions and options.resume restores.
+	Checkpoints storage.Store
 	// Test hooks.
 	Test TestConfig
 }
@@ -133,6 +142,8 @@ type TestConfig struct {
 	RunStarted func(tenant, id string, attempt int)
 	// RunEnded, if set, is called when a run's agent has ended.
 	RunEnded func(tenant, id string, attempt int)
+	// SessionIdle, if set, replaces every session's idle timeout.
+	SessionIdle time.Duration
 }
 
 func (c Config) withDefaults() Config {

@@ -60,6 +60,10 @@ func (s *Session) validate() error {
 	return nil
 }
 
+// CodeResumeNotFound: options.resume named no earlier query or session of
+// the tenant with a checkpoint (another tenant's are never found).
+const CodeResumeNotFound = "resume_not_found"
+
 // Session control operations on .ctl (and as fleet.api.<op> requests).
 const (
 	OpInput     = "input"
@@ -179,3 +183,7 @@ type SessionOpRequest struct {
 	Tenant string `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 	SessionOp
 }
+
+// APISessionOp is the dispatcher request subject of a session op:
+// <prefix>.api.<op> (input, interrupt, approve, end).
+func (n Names) APISessionOp(op string) string { return n.p() + ".api." + op }

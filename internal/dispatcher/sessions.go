@@ -1,0 +1,187 @@
+package dispatcher
+
+// Sessions (SPEC 9): the session ops as API requests (<prefix>.api.input,
+// .interrupt, .approve, .end), and resuming parked sessions. A durable
+// consumer reads every .ctl op and status event of FLEET_QUERIES: an input
+// (or end) for a parked session, or a parked status with ops stored after
+// the last one the session read, enqueues a continuation job through
+// FLEET_JOBS, so concurrency and admission apply. Both paths give the
+// continuation the same Nats-Msg-Id, so it is enqueued once.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/session"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+)
+
+// SessionsConsumer is the durable consumer that resumes parked sessions.
+const SessionsConsumer = "dispatcher-sessions"
+
+// sessionOps are the ops served as <prefix>.api.<op>.
+var sessionOps = []string{protocol.OpInput, protocol.OpInterrupt, protocol.OpApprove, protocol.OpEnd}
+
+func (s *Service) startSessions(ctx context.Context) error {
+	for _, op := range sessionOps {
+		sub, err := s.cfg.NC.QueueSubscribe(s.names.APISessionOp(op), queueGroup, func(m *nats.Msg) { s.handleSessionOp(op, m) })
+		if err != nil {
+			return fmt.Errorf("dispatcher: subscribe %s: %w", op, err)
+		}
+		s.mu.Lock()
+		s.subs = append(s.subs, sub)
+		s.mu.Unlock()
+	}
+	c, err := s.js.CreateOrUpdateConsumer(ctx, s.names.QueriesStream(), jetstream.ConsumerConfig{
+		Durable:        SessionsConsumer,
+		FilterSubjects: []string{s.names.CtlWildcard(), s.names.StatusWildcard()},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  256,
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: sessions consumer: %w", err)
+	}
+	cc, err := c.Consume(s.sessionEvent, jetstream.PullMaxMessages(64))
+	if err != nil {
+		return fmt.Errorf("dispatcher: sessions: %w", err)
+	}
+	s.mu.Lock()
+	s.consumes = append(s.consumes, cc)
+	s.mu.Unlock()
+	return nil
+}
+
+// handleSessionOp serves <prefix>.api.<op>: {"id","tenant",…op fields}.
+func (s *Service) handleSessionOp(op string, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ref, e := decodeRef(m.Data)
+	if e != nil {
+		reply(m, protocol.APIReply{Error: e})
+		return
+	}
+	var req protocol.SessionOpRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInvalidJob, err.Error())})
+		return
+	}
+	ctl := protocol.CtlOp{Op: op, SessionOp: req.SessionOp}
+	if err := ctl.Validate(); err != nil {
+		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInvalidJob, err.Error())})
+		return
+	}
+	st, err := s.lookup(ctx, ref)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		reply(m, protocol.APIReply{Error: apiError(protocol.CodeNotFound, "no query "+ref.Tenant+"/"+ref.ID)})
+		return
+	case err != nil:
+		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInternal, err.Error())})
+		return
+	case st.State.Terminal():
+		reply(m, protocol.APIReply{Status: st, Error: apiError("already_finished", "the query already ended as "+string(st.State))})
+		return
+	}
+	if err := s.publishJSON(ctx, s.names.QueryCtl(ref.Tenant, ref.ID), ctl, ""); err != nil {
+		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInternal, err.Error())})
+		return
+	}
+	reply(m, protocol.APIReply{OK: true, Status: st})
+}
+
+// sessionEvent handles one .ctl op or status event.
+func (s *Service) sessionEvent(m jetstream.Msg) {
+	tenant, id, kind, ok := s.names.ParseQuerySubject(m.Subject())
+	if !ok {
+		_ = m.Term()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var err error
+	switch kind {
+	case "ctl":
+		op, derr := protocol.DecodeCtlOp(m.Headers().Get(protocol.HeaderContentType), m.Data())
+		if derr != nil || (op.Op != protocol.OpInput && op.Op != protocol.OpEnd) {
+			_ = m.Ack()
+			return
+		}
+		err = s.resumeIfParked(ctx, tenant, id)
+	case "status":
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data(), &ev) != nil || ev.State != protocol.StateParked {
+			_ = m.Ack()
+			return
+		}
+		err = s.resumeIfParked(ctx, tenant, id)
+	default:
+		_ = m.Ack()
+		return
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Str("tenant", tenant).Str("query_id", id).Msg("resuming a parked session; will retry")
+		_ = m.NakWithDelay(2 * time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+// resumeIfParked enqueues a continuation when the query's latest status is
+// parked and an op was stored after the last one the session read.
+func (s *Service) resumeIfParked(ctx context.Context, tenant, id string) error {
+	st, err := s.js.Stream(ctx, s.names.QueriesStream())
+	if err != nil {
+		return err
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, s.names.QueryStatus(tenant, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ev protocol.StatusEvent
+	if json.Unmarshal(raw.Data, &ev) != nil || ev.State != protocol.StateParked {
+		return nil
+	}
+	ctl, err := st.GetLastMsgForSubject(ctx, s.names.QueryCtl(tenant, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && ctl.Sequence <= ev.CtlSeq) {
+		return nil // nothing new for the session
+	}
+	if err != nil {
+		return err
+	}
+	cp, err := session.Load(ctx, s.cfg.Objects, tenant, id)
+	if err != nil {
+		return fmt.Errorf("the parked session's checkpoint: %w", err)
+	}
+	job := *cp.Job
+	sess := *job.Session
+	sess.Continuation = true
+	job.Session = &sess
+	body, err := json.Marshal(job)
+	if err != nil {
+		return err
+	}
+	jm := nats.NewMsg(s.names.JobSubject(tenant))
+	jm.Data = body
+	jm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	jm.Header.Set(protocol.HeaderMsgID, fmt.Sprintf("%s.%s.resume.%d.%d", tenant, id, ev.JobSeq, ev.Turn))
+	ack, err := s.js.PublishMsg(ctx, jm)
+	if err != nil {
+		return err
+	}
+	if !ack.Duplicate {
+		s.log.Info().Str("tenant", tenant).Str("query_id", id).Msg("parked session resumed: continuation queued")
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// statusWatch collects a query's status events live.
+type statusWatch struct {
+	t   *testing.T
+	mu  sync.Mutex
+	evs []protocol.StatusEvent
+	ch  chan struct{}
+}
+
+func watchStatus(t *testing.T, f *fleettest.Fleet, tenant, id string) *statusWatch {
+	t.Helper()
+	w := &statusWatch{t: t, ch: make(chan struct{}, 1)}
+	sub, err := f.NC.Subscribe(f.Names.QueryStatus(tenant, id), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data, &ev) != nil {
+			return
+		}
+		w.mu.Lock()
+		w.evs = append(w.evs, ev)
+		w.mu.Unlock()
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, f.NC.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return w
+}
+
+// waitFor waits for a status event matching ok (seen since the watch
+// started) and returns it.
+func (w *statusWatch) waitFor(what string, ok func(protocol.StatusEvent) bool) protocol.StatusEvent {
+	w.t.Helper()
+	deadline := time.After(wait)
+	for {
+		w.mu.Lock()
+		for _, ev := range w.evs {
+			if ok(ev) {
+				w.mu.Unlock()
+				return ev
+			}
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.ch:
+		case <-deadline:
+			w.t.Fatalf("timed out waiting for status %s", what)
+		}
+	}
+}
+
+func (w *statusWatch) state(s protocol.State, turn int) protocol.StatusEvent {
+	w.t.Helper()
+	return w.waitFor(string(s)+" turn "+fleettest.Itoa(turn), func(ev protocol.StatusEvent) bool {
+		return ev.State == s && ev.Turn == turn
+	})
+}
+
+func (w *statusWatch) all() []protocol.StatusEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]protocol.StatusEvent(nil), w.evs...)
+}
+
+// sendCtl publishes a .ctl op through JetStream (so FLEET_QUERIES has it).
+func sendCtl(t *testing.T, f *fleettest.Fleet, tenant, id string, op protocol.CtlOp) {
+	t.Helper()
+	b, err := json.Marshal(op)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = f.JS.Publish(ctx, f.Names.QueryCtl(tenant, id), b)
+	require.NoError(t, err)
+}
+
+func input(text string) protocol.CtlOp {
+	return protocol.CtlOp{Op: protocol.OpInput, SessionOp: protocol.SessionOp{Text: text}}
+}
+
+func submitSession(t *testing.T, f *fleettest.Fleet, tenant, id, prompt string, s *protocol.Session, opts protocol.Options) {
+	t.Helper()
+	b, err := json.Marshal(protocol.Job{ID: id, Prompt: prompt, Session: s, Options: opts})
+	require.NoError(t, err)
+	f.PublishJob(tenant, b, map[string]string{protocol.HeaderMsgID: tenant + "." + id})
+}
+
+// results returns the result lines of a run, in order.
+func results(r fleettest.Run) []map[string]any {
+	var out []map[string]any
+	for _, l := range r.Lines {
+		if protocol.ParseMessage(l.Data).IsResult() {
+			var m map[string]any
+			_ = json.Unmarshal(l.Data, &m)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestStandinSessionTwoTurnsThenEnd runs a session with the stand-in agent:
+// the prompt's turn, an input's turn, idle statuses with turn counts, end
+// gives one succeeded status, Fleet-Seq contiguous.
+func TestStandinSessionTwoTurnsThenEnd(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	sw := watchStatus(t, f, "default", "st-1")
+	submitSession(t, f, "default", "st-1", "first prompt", &protocol.Session{}, protocol.Options{})
+	idle := sw.state(protocol.StateIdle, 1)
+	require.NotEmpty(t, idle.ClaudeSessionID)
+	sendCtl(t, f, "default", "st-1", input("second input"))
+	sw.state(protocol.StateIdle, 2)
+	sendCtl(t, f, "default", "st-1", protocol.CtlOp{Op: protocol.OpEnd})
+	r := f.Follow("default", "st-1", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, 2, r.Final.Turn)
+	res := results(r)
+	require.Len(t, res, 2)
+	var texts []string
+	for _, l := range r.Lines {
+		if strings.Contains(string(l.Data), `"isReplay":true`) {
+			texts = append(texts, string(l.Data))
+		}
+	}
+	require.Len(t, texts, 2)
+	require.Contains(t, texts[0], "first prompt")
+	require.Contains(t, texts[1], "second input")
+	sw.waitFor("terminal", func(ev protocol.StatusEvent) bool { return ev.State.Terminal() })
+	terminal := 0
+	for _, ev := range sw.all() {
+		if ev.State.Terminal() {
+			terminal++
+		}
+	}
+	require.Equal(t, 1, terminal)
+}
