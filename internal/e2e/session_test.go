@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -152,4 +153,35 @@ func TestStandinSessionTwoTurnsThenEnd(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, terminal)
+}
+
+// TestCLISession: submit --session, send, then attach (the history, one
+// typed input, /end), all through the dispatcher CLI with the stand-in.
+func TestCLISession(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	url := f.Srv.ClientURL()
+	sw := watchStatus(t, f, "default", "cli-s")
+	code, out, errOut := runCLI(t, url, "", "submit", "--session", "--id", "cli-s", "--idle-timeout-s", "600", "hello", "session")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Equal(t, "cli-s\n", out)
+	sw.state(protocol.StateIdle, 1)
+	code, _, errOut = runCLI(t, url, "", "send", "cli-s", "second turn")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	sw.state(protocol.StateIdle, 2)
+	code, _, _ = runCLI(t, url, "", "send", "nope", "x")
+	require.Equal(t, fleetcli.ExitNotFound, code)
+	code, _, _ = runCLI(t, url, "", "approve", "cli-s")
+	require.Equal(t, fleetcli.ExitUsage, code)
+
+	// attach: renders the history, sends the typed line, then /end.
+	code, out, errOut = runCLI(t, url, "third from attach\n/end\n", "attach", "cli-s", "--raw")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, out, "hello session")
+	require.Contains(t, out, "second turn")
+	require.Contains(t, out, "third from attach")
+	final := sw.waitFor("terminal", func(ev protocol.StatusEvent) bool { return ev.State.Terminal() })
+	require.Equal(t, protocol.StateSucceeded, final.State)
+	require.Equal(t, 3, final.Turn)
 }

@@ -46,6 +46,9 @@ var commands = []func() Command{
 	func() Command { return &cancelCmd{} },
 	func() Command { return &lsCmd{} },
 	func() Command { return &diffCmd{} },
+	func() Command { return &sendCmd{} },
+	func() Command { return &approveCmd{} },
+	func() Command { return &attachCmd{} },
 	func() Command { return &versionCmd{} },
 }
 

@@ -26,6 +26,9 @@ type submitCmd struct {
 	meta             []string
 	words            []string
 	workspace        *workspaceFlags
+	session          bool
+	idleTimeoutS     int
+	approvals        string
 }
 
 func (c *submitCmd) Help() Help {
@@ -43,7 +46,8 @@ earlier run).`,
 dispatcher submit --tenant acme --id q2 --model sonnet --max-turns 5 --file prompt.txt
 echo "Summarise README.md" | dispatcher submit --meta ticket=OPS-7
 dispatcher submit --follow "/standin lines=20 delay=1s"   # a slow stand-in run, to try cancel
-dispatcher submit --repo https://git.example.com/app.git --push --follow "Fix the failing test"`,
+dispatcher submit --repo https://git.example.com/app.git --push --follow "Fix the failing test"
+dispatcher submit --session --id s1 --approvals remote "Start on the parser"   # then: send, approve, attach`,
 	}
 }
 
@@ -67,6 +71,9 @@ func (c *submitCmd) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.job.Sandbox, "sandbox", "", "sandbox provider: local or cloudflare (default: the worker's)")
 	fs.StringSliceVar(&c.meta, "meta", nil, "metadata key=value (repeatable)")
 	c.workspace = addWorkspaceFlags(fs)
+	fs.BoolVar(&c.session, "session", false, "a multi-turn session: send inputs with 'dispatcher send', end it with 'send --end'")
+	fs.IntVar(&c.idleTimeoutS, "idle-timeout-s", 0, "session.idle_timeout_s: park the idle session after this long [300]")
+	fs.StringVar(&c.approvals, "approvals", "", "session.approvals: none or remote (permission requests answered with 'dispatcher approve')")
 }
 
 func (c *submitCmd) Validate(fs *pflag.FlagSet) error {
@@ -108,6 +115,12 @@ func (c *submitCmd) Validate(fs *pflag.FlagSet) error {
 			c.job.Metadata = map[string]string{}
 		}
 		c.job.Metadata[k] = v
+	}
+	if c.session || fs.Changed("idle-timeout-s") || fs.Changed("approvals") {
+		c.job.Session = &protocol.Session{Approvals: c.approvals}
+		if fs.Changed("idle-timeout-s") {
+			c.job.Session.IdleTimeoutS = &c.idleTimeoutS
+		}
 	}
 	return c.workspace.apply(&c.job)
 }

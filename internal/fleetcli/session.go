@@ -1,0 +1,229 @@
+package fleetcli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// sessionOp sends one session op through the dispatcher and reports it.
+func sessionOp(ctx context.Context, e *Env, op string, req protocol.SessionOpRequest) int {
+	cl, code := e.Client()
+	if cl == nil {
+		return code
+	}
+	rctx, cancel := e.Request(ctx)
+	defer cancel()
+	r, err := cl.SessionOp(rctx, op, req)
+	if err != nil {
+		return requestFailed(ctx, e.Err, err)
+	}
+	if r.Error != nil {
+		return replyError(e.Err, r.Error)
+	}
+	fmt.Fprintf(e.Err, "%s sent to %s/%s\n", op, cmpTenant(req.Tenant), req.ID)
+	return ExitOK
+}
+
+func cmpTenant(t string) string {
+	if t == "" {
+		return protocol.DefaultTenant
+	}
+	return t
+}
+
+// sendCmd sends one input to a session.
+type sendCmd struct {
+	tenant, id, text, uuid string
+	interrupt, end         bool
+}
+
+func (c *sendCmd) Help() Help {
+	return Help{
+		Name: "send", Args: `<id> "text"`,
+		Summary: "send an input to a session (or --interrupt, --end)",
+		Description: `Sends one user turn to a session query. Inputs run in the order they were
+sent, each once: while a turn runs they wait; a parked session is resumed
+on any worker. --interrupt ends the running turn (the session stays);
+--end ends the session after its current turn.`,
+		Examples: `dispatcher send s1 "now add tests"
+dispatcher send s1 --interrupt
+dispatcher send s1 --end`,
+	}
+}
+
+func (c *sendCmd) Flags(fs *pflag.FlagSet) {
+	addTenant(fs, &c.tenant)
+	fs.StringVar(&c.uuid, "uuid", "", "name the input (its stream-json uuid)")
+	fs.BoolVar(&c.interrupt, "interrupt", false, "interrupt the running turn instead of sending text")
+	fs.BoolVar(&c.end, "end", false, "end the session after its current turn")
+}
+
+func (c *sendCmd) Validate(fs *pflag.FlagSet) error {
+	if err := validTenant(c.tenant); err != nil {
+		return err
+	}
+	want := 2
+	if c.interrupt || c.end {
+		want = 1
+	}
+	if c.interrupt && c.end {
+		return errors.New("--interrupt and --end exclude each other")
+	}
+	if fs.NArg() != want {
+		return fmt.Errorf("want %d arguments, got %d", want, fs.NArg())
+	}
+	if !protocol.ValidID(fs.Arg(0)) {
+		return fmt.Errorf("%q is not a query id (%s)", fs.Arg(0), protocol.IDPattern)
+	}
+	c.id = fs.Arg(0)
+	if want == 2 {
+		c.text = fs.Arg(1)
+	}
+	return nil
+}
+
+func (c *sendCmd) Run(ctx context.Context, e *Env) int {
+	req := protocol.SessionOpRequest{ID: c.id, Tenant: c.tenant, SessionOp: protocol.SessionOp{Text: c.text, UUID: c.uuid}}
+	switch {
+	case c.interrupt:
+		return sessionOp(ctx, e, protocol.OpInterrupt, req)
+	case c.end:
+		return sessionOp(ctx, e, protocol.OpEnd, req)
+	}
+	return sessionOp(ctx, e, protocol.OpInput, req)
+}
+
+// approveCmd answers a session's permission request.
+type approveCmd struct {
+	tenant, id, requestID, message string
+	deny                           bool
+}
+
+func (c *approveCmd) Help() Help {
+	return Help{
+		Name: "approve", Args: "<id> <request_id>",
+		Summary: "answer a session's permission request (allow, or --deny)",
+		Description: `A session submitted with --approvals remote waits (status awaiting_approval,
+with request_id and tool_name) when its agent asks to use a tool. This
+answers: allow by default, --deny [--message why] to refuse.`,
+		Examples: `dispatcher approve s1 req_42
+dispatcher approve s1 req_43 --deny --message "not on main"`,
+	}
+}
+
+func (c *approveCmd) Flags(fs *pflag.FlagSet) {
+	addTenant(fs, &c.tenant)
+	fs.BoolVar(&c.deny, "deny", false, "refuse the tool use")
+	fs.StringVar(&c.message, "message", "", "why (shown to the model on deny)")
+}
+
+func (c *approveCmd) Validate(fs *pflag.FlagSet) error {
+	if err := validTenant(c.tenant); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return fmt.Errorf("want <id> <request_id>, got %d arguments", fs.NArg())
+	}
+	if !protocol.ValidID(fs.Arg(0)) {
+		return fmt.Errorf("%q is not a query id (%s)", fs.Arg(0), protocol.IDPattern)
+	}
+	c.id, c.requestID = fs.Arg(0), fs.Arg(1)
+	return nil
+}
+
+func (c *approveCmd) Run(ctx context.Context, e *Env) int {
+	allow := !c.deny
+	return sessionOp(ctx, e, protocol.OpApprove, protocol.SessionOpRequest{ID: c.id, Tenant: c.tenant,
+		SessionOp: protocol.SessionOp{RequestID: c.requestID, Allow: &allow, Message: c.message}})
+}
+
+// attachCmd follows a session and turns each typed line into an input.
+type attachCmd struct {
+	tenant, id string
+	render     renderFlags
+}
+
+func (c *attachCmd) Help() Help {
+	return Help{
+		Name: "attach", Args: "<id>",
+		Summary: "follow a session; each line typed is an input",
+		Description: `Renders the session's output (its history, then live) and reads lines from
+stdin: each line is sent as an input. Lines starting with '/' are
+commands: /allow <request_id>, /deny <request_id> [why], /interrupt, /end.
+Permission requests of a session with remote approvals show up in the
+output as control_request lines naming their request_id. Exits when the
+session ends, or on Ctrl-C (the session goes on).`,
+		Examples: `dispatcher attach s1`,
+	}
+}
+
+func (c *attachCmd) Flags(fs *pflag.FlagSet) {
+	addTenant(fs, &c.tenant)
+	c.render.add(fs)
+}
+
+func (c *attachCmd) Validate(fs *pflag.FlagSet) error {
+	if err := oneID(fs, c.tenant); err != nil {
+		return err
+	}
+	c.id = fs.Arg(0)
+	return c.render.validate(true)
+}
+
+func (c *attachCmd) Run(ctx context.Context, e *Env) int {
+	cl, code := e.Client()
+	if cl == nil {
+		return code
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		sc := bufio.NewScanner(e.In)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" {
+				continue
+			}
+			op, req, err := parseAttachLine(line)
+			if err != nil {
+				fmt.Fprintln(e.Err, err)
+				continue
+			}
+			req.ID, req.Tenant = c.id, c.tenant
+			sessionOp(ctx, e, op, req)
+		}
+	}()
+	return follow(ctx, e, cl, c.tenant, c.id, true, c.render)
+}
+
+// parseAttachLine maps one typed line to a session op.
+func parseAttachLine(line string) (string, protocol.SessionOpRequest, error) {
+	var req protocol.SessionOpRequest
+	if !strings.HasPrefix(line, "/") {
+		req.Text = line
+		return protocol.OpInput, req, nil
+	}
+	f := strings.Fields(line)
+	switch f[0] {
+	case "/interrupt":
+		return protocol.OpInterrupt, req, nil
+	case "/end":
+		return protocol.OpEnd, req, nil
+	case "/allow", "/deny":
+		if len(f) < 2 {
+			return "", req, fmt.Errorf("%s needs a request_id", f[0])
+		}
+		allow := f[0] == "/allow"
+		req.RequestID, req.Allow = f[1], &allow
+		req.Message = strings.Join(f[2:], " ")
+		return protocol.OpApprove, req, nil
+	}
+	return "", req, fmt.Errorf("unknown command %s (/allow, /deny, /interrupt, /end)", f[0])
+}
