@@ -300,6 +300,9 @@ func (w *Workspaces) manifest(ctx context.Context, sb sandbox.Sandbox, a *protoc
 	if err != nil {
 		return fmt.Errorf("workspace: capture: %w", err)
 	}
+	if files == nil {
+		files = []protocol.ArtifactFile{} // "files":[] on the wire, never null
+	}
 	a.FilesTotal = len(files)
 	for _, f := range files {
 		a.Additions += f.Additions

@@ -291,6 +291,7 @@ func (s *suite) testNothingChanged(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.repo.Feature, art.EndSHA)
 	require.Equal(t, 0, art.FilesTotal)
+	require.NotNil(t, art.Files, `"files":[] on the wire, not null`)
 	require.Empty(t, art.Files)
 	require.Empty(t, art.BundleKey)
 	diff, err := b.store.Get(b.ctx, art.DiffKey)
