@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
@@ -90,6 +91,17 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		case <-time.After(2 * time.Second):
 		}
 	}
+	// The archiver completes finished queries' transcripts from the stream
+	// (a lost worker's unflushed tail, lines a full journal could not take).
+	arch, err := archiver.New(archiver.Config{NC: nc, Names: names, Store: objects, Logger: &log})
+	if err != nil {
+		log.Error().Err(err).Msg("archiver")
+		return 1
+	}
+	if err := arch.Start(ctx); err != nil {
+		log.Error().Err(err).Msg("starting the archiver")
+		return 1
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hs, err := httpserve.Start(httpAddr, svc.Ready, reg, log)
@@ -108,6 +120,9 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	defer cancel()
 	_ = hs.Stop(sctx)
 	_ = ps.Stop(sctx)
+	if err := arch.Stop(sctx); err != nil {
+		log.Warn().Err(err).Msg("stopping the archiver")
+	}
 	if err := svc.Stop(sctx); err != nil {
 		log.Warn().Err(err).Msg("stopping the dispatcher")
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/natstest"
@@ -78,6 +79,9 @@ type Opts struct {
 	// Server, if set, is used instead of starting one (e.g. one started
 	// from deploy/nats/nats-server.conf).
 	Server *server.Server
+	// ArchiveDelay, if set, runs the archiver with this Delay (as
+	// `dispatcher serve` does), on the fleet's storage.
+	ArchiveDelay time.Duration
 	// Connect, if set, makes the connection of a role: "dispatcher",
 	// "worker" or "client". Defaults to an unauthenticated natstest.Connect.
 	Connect func(t testing.TB, role string) *nats.Conn
@@ -94,6 +98,7 @@ type Fleet struct {
 	Dir     string
 	Objects storage.Store
 	Disp    *dispatcher.Service
+	Arch    *archiver.Service // nil unless Opts.ArchiveDelay
 	Client  *fleetapi.Client
 	Logger  zerolog.Logger
 	connect func(t testing.TB, role string) *nats.Conn
@@ -133,6 +138,12 @@ func New(t testing.TB, o Opts) *Fleet {
 	defer cancel()
 	require.NoError(t, f.Disp.Start(ctx))
 	t.Cleanup(func() { _ = f.Disp.Stop(context.Background()) })
+	if o.ArchiveDelay > 0 {
+		f.Arch, err = archiver.New(archiver.Config{NC: nc, Names: f.Names, Store: objects, Delay: o.ArchiveDelay, Logger: &f.Logger})
+		require.NoError(t, err)
+		require.NoError(t, f.Arch.Start(ctx))
+		t.Cleanup(func() { _ = f.Arch.Stop(context.Background()) })
+	}
 	f.Client, err = fleetapi.NewClient(connect(t, "client"), f.Names)
 	require.NoError(t, err)
 	return f

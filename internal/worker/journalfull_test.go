@@ -1,6 +1,8 @@
 package worker_test
 
 import (
+	"bytes"
+	"context"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 // TestJournalDiskFull: while the journal's disk is full (its fault seam
@@ -20,7 +23,7 @@ import (
 // reaches NATS; the worker says why it is not ready and starts no new job;
 // once the disk has room it recovers by itself and runs the waiting job.
 func TestJournalDiskFull(t *testing.T) {
-	f := fleettest.New(t, fleettest.Opts{})
+	f := fleettest.New(t, fleettest.Opts{ArchiveDelay: 100 * time.Millisecond})
 	var full atomic.Bool
 	startedWhileFull := make(chan bool, 4)
 	w := f.StartWorker(fleettest.WorkerOpts{
@@ -60,6 +63,13 @@ func TestJournalDiskFull(t *testing.T) {
 	require.Equal(t, protocol.StateSucceeded, r.Final.State, "the running job is not failed by the full disk")
 	got := fleettest.RequireContiguous(t, r)
 	require.Len(t, got, 43, "init, text, 40 lines and the result all reached NATS")
+	// The lines the journal could not take are stored later, from the
+	// stream (the archiver).
+	want := fleettest.JoinLines(got)
+	fleettest.Eventually(t, wait, func() bool {
+		b, _ := f.Objects.Get(context.Background(), storage.TranscriptKey("default", "big"))
+		return bytes.Equal(b, want)
+	}, "the complete transcript of the job that ran while the disk was full")
 
 	full.Store(false) // room again
 	require.False(t, recv(t, startedWhileFull), "no job starts while the journal is full")
