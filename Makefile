@@ -51,6 +51,9 @@ bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 line
 bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
 
+cluster: build ## the fleet on a 3-node JetStream cluster on this machine (deploy/nats/cluster), until Ctrl-C
+	./scripts/cluster.sh
+
 run: build ## run one query end to end: embedded NATS, dispatcher, worker, local storage and sandbox
 	./scripts/run.sh
 
@@ -66,4 +69,4 @@ up: ## docker compose up (needs a Docker engine)
 down: ## docker compose down
 	docker compose down
 
-.PHONY: help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down
+.PHONY: cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down

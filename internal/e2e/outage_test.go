@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"sync"
@@ -119,10 +120,11 @@ func TestNATSOutageLongerThanAckWait(t *testing.T) {
 }
 
 // gate is a NATS dialer that can hold connections off: while held, a dial
-// waits until release.
+// waits until release (or, refusing, fails at once: NATS unreachable).
 type gate struct {
-	mu   sync.Mutex
-	open chan struct{}
+	mu     sync.Mutex
+	open   chan struct{}
+	refuse bool
 }
 
 func newGate() *gate {
@@ -145,12 +147,70 @@ func (g *gate) release() {
 
 func (g *gate) Dial(network, address string) (net.Conn, error) {
 	g.mu.Lock()
-	open := g.open
+	open, refuse := g.open, g.refuse
 	g.mu.Unlock()
+	if refuse {
+		select {
+		case <-open:
+		default:
+			return nil, errors.New("connection refused (gate held)")
+		}
+	}
 	select {
 	case <-open:
 	case <-time.After(wait):
 		return nil, errors.New("gate held too long")
 	}
 	return net.Dial(network, address)
+}
+
+// A worker started while NATS is unreachable learns the server's max
+// payload when it first connects: ordinary lines go out as themselves and
+// only a line too large for the server becomes a pointer to the whole line
+// in storage (issue 9; it used to read 0 before connecting, so every line
+// became a pointer to an object never stored).
+func TestWorkerStartedBeforeItsServerRelaysRealLines(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	g.refuse = true
+	var gated atomic.Bool
+	srv := natstest.RunServer(t, natstest.WithMaxPayload(64<<10))
+	f := fleettest.New(t, fleettest.Opts{Server: srv, Connect: func(t testing.TB, role string) *nats.Conn {
+		var opts []nats.Option
+		if gated.Load() {
+			opts = append(opts, nats.SetCustomDialer(g), nats.RetryOnFailedConnect(true))
+		}
+		nc, _ := natstest.Connect(t, srv, opts...)
+		return nc
+	}})
+	g.hold()
+	gated.Store(true)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	gated.Store(false)
+	require.False(t, w.NC.IsConnected(), "the worker started while NATS was unreachable")
+	g.release()
+	fleettest.WaitReady(t, w.W)
+
+	f.SubmitJSON("default", "mp-1", "/standin lines=3 big=100000")
+	r := f.Follow("default", "mp-1", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	lines := fleettest.RequireContiguous(t, r)
+	var pointers [][]byte
+	for _, l := range lines {
+		if protocol.ParseMessage(l).Type == "x_fleet_large_line" {
+			pointers = append(pointers, l)
+		}
+	}
+	require.Len(t, pointers, 1, "only the 100 kB line is too large for a 64 KiB server; %d of %d lines were pointers", len(pointers), len(lines))
+	var ptr struct {
+		Bytes int    `json:"bytes"`
+		Key   string `json:"key"`
+	}
+	require.NoError(t, json.Unmarshal(pointers[0], &ptr))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, w.Journal.WaitPersisted(ctx, "default", "mp-1"))
+	whole, err := f.Objects.Get(ctx, ptr.Key)
+	require.NoError(t, err, "the pointer's line is stored whole")
+	require.Len(t, whole, ptr.Bytes)
 }

@@ -76,6 +76,8 @@ type Opts struct {
 	MaxDeliver     int
 	DedupeWindow   time.Duration
 	ServerOpts     []natstest.Option
+	// Replicas of the fleet's streams (3 on a cluster). Defaults to 1.
+	Replicas int
 	// Server, if set, is used instead of starting one (e.g. one started
 	// from deploy/nats/nats-server.conf).
 	Server *server.Server
@@ -131,7 +133,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	}
 	f.Disp, err = dispatcher.New(dispatcher.Config{
 		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger,
-		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage},
+		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -352,18 +354,32 @@ func logLevel() zerolog.Level {
 // statuses, including any status after the first terminal one).
 func (f *Fleet) History(tenant, id string) Run {
 	f.t.Helper()
+	r, err := f.TryHistory(tenant, id)
+	require.NoError(f.t, err)
+	return r
+}
+
+// TryHistory is History that returns its error (e.g. while a cluster node
+// is coming back).
+func (f *Fleet) TryHistory(tenant, id string) (Run, error) {
+	var r Run
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cons, err := f.JS.OrderedConsumer(ctx, f.Names.QueriesStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{f.Names.QueryAll(tenant, id)},
 	})
-	require.NoError(f.t, err)
+	if err != nil {
+		return r, err
+	}
 	info, err := cons.Info(ctx)
-	require.NoError(f.t, err)
-	var r Run
+	if err != nil {
+		return r, err
+	}
 	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(10*time.Second))
-		require.NoError(f.t, err)
+		if err != nil {
+			return r, err
+		}
 		for m := range batch.Messages() {
 			left--
 			switch m.Subject() {
@@ -373,16 +389,20 @@ func (f *Fleet) History(tenant, id string) Run {
 				r.Lines = append(r.Lines, fleetapi.Line{Seq: seq, Attempt: att, Data: append([]byte(nil), m.Data()...)})
 			case f.Names.QueryStatus(tenant, id):
 				var ev protocol.StatusEvent
-				require.NoError(f.t, json.Unmarshal(m.Data(), &ev))
+				if err := json.Unmarshal(m.Data(), &ev); err != nil {
+					return r, err
+				}
 				r.Statuses = append(r.Statuses, ev)
 				if ev.State.Terminal() && r.Final == nil {
 					r.Final = &ev
 				}
 			}
 		}
-		require.NoError(f.t, batch.Error())
+		if err := batch.Error(); err != nil {
+			return r, err
+		}
 	}
-	return r
+	return r, nil
 }
 
 // RequireOneTerminal checks that a query's history holds exactly one

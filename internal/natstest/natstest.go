@@ -14,6 +14,10 @@ package natstest
 
 import (
 	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,4 +134,163 @@ func Restart(t testing.TB, srv *server.Server) *server.Server {
 	next := start(t, o)
 	started.Store(next, o)
 	return next
+}
+
+// FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago,
+// for servers whose ports must be known before they start (cluster routes).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	var ls []net.Listener
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("natstest: free port: %v", err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return ports
+}
+
+// Cluster is a JetStream cluster of servers in the test process, each
+// with its own ports and store, routed on loopback. A node can be killed
+// (shut down at once) and restarted on the same ports and store.
+type Cluster struct {
+	t       testing.TB
+	opts    []*server.Options
+	mu      sync.Mutex
+	servers []*server.Server
+}
+
+// ClusterOptions returns the options of an n-node cluster on loopback
+// (JetStream, stores in temporary directories, routes to every node).
+func ClusterOptions(t testing.TB, n int) []*server.Options {
+	t.Helper()
+	ports := FreePorts(t, 2*n)
+	routes := make([]*url.URL, n)
+	for i := range n {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[n+i]))}
+	}
+	out := make([]*server.Options, n)
+	for i := range n {
+		out[i] = &server.Options{
+			ServerName: "n" + strconv.Itoa(i+1),
+			Host:       "127.0.0.1",
+			Port:       ports[i],
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster:    server.ClusterOpts{Name: "fleet", Host: "127.0.0.1", Port: ports[n+i]},
+			Routes:     routes,
+		}
+	}
+	return out
+}
+
+// RunCluster starts one server per options (all at once, as routes need)
+// and returns once every one accepts connections and JetStream has a meta
+// leader.
+func RunCluster(t testing.TB, opts []*server.Options) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, opts: opts, servers: make([]*server.Server, len(opts))}
+	for i, o := range opts {
+		o.NoSigs = true
+		srv, err := server.NewServer(o.Clone())
+		if err != nil {
+			t.Fatalf("natstest: cluster node %d: %v", i+1, err)
+		}
+		c.servers[i] = srv
+		go srv.Start()
+	}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, srv := range c.servers {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}
+	})
+	for i, srv := range c.servers {
+		if !srv.ReadyForConnections(ReadyTimeout) {
+			t.Fatalf("natstest: cluster node %d not ready within %s", i+1, ReadyTimeout)
+		}
+	}
+	c.waitMeta()
+	return c
+}
+
+// waitMeta waits until JetStream has a meta leader and every node is
+// current with it (creating a replicated stream before that may time out).
+func (c *Cluster) waitMeta() {
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		leader, current := false, 0
+		for _, srv := range c.Servers() {
+			leader = leader || srv.JetStreamIsLeader()
+			if srv.JetStreamIsCurrent() {
+				current++
+			}
+		}
+		if leader && current == len(c.opts) {
+			return
+		}
+		<-tick.C
+	}
+	c.t.Fatalf("natstest: JetStream cluster not formed within a minute")
+}
+
+// URLs is every node's client URL, comma-separated (what a client gets).
+func (c *Cluster) URLs() string {
+	var urls []string
+	for _, o := range c.opts {
+		urls = append(urls, "nats://"+net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	}
+	return strings.Join(urls, ",")
+}
+
+// Servers are the current servers, node 1 first.
+func (c *Cluster) Servers() []*server.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.servers)
+}
+
+// Node is the index of the node named name (a server_name), or -1.
+func (c *Cluster) Node(name string) int {
+	for i, o := range c.opts {
+		if o.ServerName == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill shuts node i down at once (its clients are cut, its store stays).
+func (c *Cluster) Kill(i int) {
+	srv := c.Servers()[i]
+	srv.Shutdown()
+	srv.WaitForShutdown()
+}
+
+// Restart starts node i again on its ports and store.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	srv, err := server.NewServer(c.opts[i].Clone())
+	if err != nil {
+		c.t.Fatalf("natstest: restart node %d: %v", i+1, err)
+	}
+	c.mu.Lock()
+	c.servers[i] = srv
+	c.mu.Unlock()
+	go srv.Start()
+	if !srv.ReadyForConnections(ReadyTimeout) {
+		c.t.Fatalf("natstest: node %d not ready within %s after a restart", i+1, ReadyTimeout)
+	}
 }

@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// clusterFromDeployConfig starts a 3-node cluster on loopback from the
+// shipped deploy/nats/cluster/node.conf (its accounts and per-role users
+// included), each node configured through the environment as the file
+// says. It uses t.Setenv: the caller must not be parallel.
+func clusterFromDeployConfig(t *testing.T) (*natstest.Cluster, func(t testing.TB, role string) *nats.Conn) {
+	for _, role := range []string{"DISPATCHER", "WORKER", "PRODUCER", "SUBSCRIBER", "CLIENT", "SYS"} {
+		t.Setenv("FLEET_"+role+"_PASSWORD", "pw-"+role)
+	}
+	ports := natstest.FreePorts(t, 9)
+	for i := range 3 {
+		t.Setenv("FLEET_NATS_ROUTE_"+strconv.Itoa(i+1), "nats-route://127.0.0.1:"+strconv.Itoa(ports[6+i]))
+	}
+	var opts []*server.Options
+	for i := range 3 {
+		t.Setenv("FLEET_NATS_NAME", "fleet-nats-"+strconv.Itoa(i+1))
+		t.Setenv("FLEET_NATS_HOST", "127.0.0.1")
+		t.Setenv("FLEET_NATS_PORT", strconv.Itoa(ports[i]))
+		t.Setenv("FLEET_NATS_HTTP_PORT", strconv.Itoa(ports[3+i]))
+		t.Setenv("FLEET_NATS_CLUSTER_PORT", strconv.Itoa(ports[6+i]))
+		t.Setenv("FLEET_NATS_STORE", t.TempDir())
+		o, err := server.ProcessConfigFile("../../deploy/nats/cluster/node.conf")
+		require.NoError(t, err)
+		o.NoLog = true
+		opts = append(opts, o)
+	}
+	c := natstest.RunCluster(t, opts)
+	connect := func(t testing.TB, role string) *nats.Conn {
+		nc, err := nats.Connect(c.URLs(), nats.UserInfo(role, "pw-"+strings.ToUpper(role)),
+			nats.CustomInboxPrefix("_INBOX_"+role), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	return c, connect
+}
+
+// The fleet on a 3-node cluster (R3 streams) from the shipped config: the
+// leader of FLEET_QUERIES, then of FLEET_JOBS, then of the work consumer
+// is killed while jobs run, and restarted once jobs finish again. Every
+// job runs exactly once and ends with exactly one terminal status, with
+// contiguous Fleet-Seq and a transcript equal to the stream (issue 9). The
+// stall after each kill (time to the next finished job) is logged.
+func TestClusterLeaderFailover(t *testing.T) {
+	c, connect := clusterFromDeployConfig(t)
+	f := fleettest.New(t, fleettest.Opts{Server: c.Servers()[0], Connect: connect, Replicas: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	runs := map[string]int{}
+	hooks := func(cfg *worker.Config) {
+		cfg.Test.RunStarted = func(_, id string, _ int) {
+			mu.Lock()
+			runs[id]++
+			mu.Unlock()
+		}
+	}
+	var workers []*fleettest.Worker
+	for range 3 {
+		w := f.StartWorker(fleettest.WorkerOpts{Slots: 2, Mod: hooks})
+		workers = append(workers, w)
+	}
+	for _, w := range workers {
+		fleettest.WaitReady(t, w.W)
+	}
+
+	// Every terminal status, as it happens.
+	done := make(chan string, 256)
+	obs := connect(t, "client")
+	sub, err := obs.Subscribe(f.Names.StatusWildcard(), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil && ev.State.Terminal() {
+			done <- ev.ID
+		}
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, obs.Flush())
+
+	leader := func(kind string) string {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		switch kind {
+		case "consumer":
+			cons, err := f.JS.Consumer(lctx, f.Names.JobsStream(), f.Names.Consumer())
+			require.NoError(t, err)
+			info, err := cons.Info(lctx)
+			require.NoError(t, err)
+			return info.Cluster.Leader
+		default:
+			st, err := f.JS.Stream(lctx, kind)
+			require.NoError(t, err)
+			info, err := st.Info(lctx)
+			require.NoError(t, err)
+			return info.Cluster.Leader
+		}
+	}
+
+	var ids []string
+	for wave, kind := range []string{f.Names.QueriesStream(), f.Names.JobsStream(), "consumer"} {
+		var batch []string
+		for i := range 8 {
+			id := fmt.Sprintf("fo-%d-%d", wave, i)
+			batch = append(batch, id)
+			f.SubmitJSON("default", id, "/standin lines=12 delay=100ms")
+		}
+		ids = append(ids, batch...)
+		// Kill the leader while the wave runs.
+		waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", batch[0]), 3)
+		name := leader(kind)
+		node := c.Node(name)
+		require.GreaterOrEqual(t, node, 0, "leader %q of %s", name, kind)
+		killed := time.Now()
+		c.Kill(node)
+		var stall time.Duration
+		finished := map[string]bool{}
+		for len(finished) < len(batch) {
+			select {
+			case id := <-done:
+				if slices.Contains(batch, id) && !finished[id] {
+					if len(finished) == 0 {
+						stall = time.Since(killed)
+					}
+					finished[id] = true
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s leader killed: %d of %d jobs finished", kind, len(finished), len(batch))
+			}
+		}
+		t.Logf("killed the %s leader (%s): first job finished %s later; the wave of %d took %s",
+			kind, name, stall.Round(time.Millisecond), len(batch), time.Since(killed).Round(time.Millisecond))
+		c.Restart(node)
+	}
+
+	for _, w := range workers {
+		require.NoError(t, w.W.Stop(ctx))
+	}
+	for _, id := range ids {
+		// A node restarted last may still be catching up, and the history
+		// may be read there: wait until it shows the terminal status.
+		var h fleettest.Run
+		fleettest.Eventually(t, wait, func() bool {
+			var err error
+			h, err = f.TryHistory("default", id)
+			return err == nil && h.Final != nil
+		}, id+" history complete")
+		fleettest.RequireOneTerminal(t, h)
+		require.Equal(t, protocol.StateSucceeded, h.Final.State, id)
+		lines := fleettest.RequireContiguous(t, h)
+		require.Len(t, lines, 15, "%s: init, the stand-in's intro, 12 lines and the result, once", id)
+		mu.Lock()
+		require.Equal(t, 1, runs[id], "%s ran exactly once", id)
+		mu.Unlock()
+		for _, w := range workers {
+			require.NoError(t, w.Journal.WaitPersisted(ctx, "default", id))
+		}
+		require.Equal(t, string(fleettest.JoinLines(lines)), string(f.Transcript(f.Objects, "default", id)), id)
+	}
+}
