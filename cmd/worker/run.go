@@ -44,6 +44,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		gitCreds                     string
 		wsAllowFile                  bool
 		wsMaxBytes                   int64
+		exitIfIdle                   time.Duration
 	)
 	config.AddCommon(fs, &common, "worker")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -65,6 +66,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	fs.StringVar(&gitCreds, "git-credentials", "", "git credentials for workspace fetch and push, in git's credential-store format; never shown to agents (env FLEET_GIT_CREDENTIALS)")
 	fs.BoolVar(&wsAllowFile, "workspace-allow-file", false, "allow file:// workspace repositories: tests and single-machine use (env FLEET_WORKSPACE_ALLOW_FILE)")
 	fs.Int64Var(&wsMaxBytes, "workspace-max-bytes", 2<<30, "fail a workspace checkout whose fetched repository is larger; 0 = no limit (env FLEET_WORKSPACE_MAX_BYTES)")
+	fs.DurationVar(&exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -200,8 +202,14 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	log.Info().Dur("shutdown_grace", grace).Dur("needs", grace+stopMargin).
 		Msgf("on SIGTERM running jobs get %s to finish, then are handed back: allow this worker %s before SIGKILL (e.g. terminationGracePeriodSeconds: %d)",
 			grace, grace+stopMargin, int((grace + stopMargin).Seconds()))
-	<-ctx.Done()
-	log.Info().Dur("grace", grace).Msg("shutting down: no new jobs; running jobs may finish")
+	ops, err := startOps(ctx, nc, names, w, exitIfIdle, log)
+	if err != nil {
+		log.Error().Err(err).Msg("discovery")
+		return 1
+	}
+	defer ops.stop()
+	<-ops.done()
+	log.Info().Dur("grace", grace).Str("why", ops.why()).Msg("shutting down: no new jobs; running jobs may finish")
 	sctx, cancel := context.WithTimeout(context.Background(), grace+stopMargin)
 	defer cancel()
 	if err := w.Stop(sctx); err != nil {

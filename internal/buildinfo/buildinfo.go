@@ -4,6 +4,7 @@
 package buildinfo
 
 import (
+	"regexp"
 	"runtime/debug"
 	"strings"
 )
@@ -60,3 +61,15 @@ func Version() string {
 	}
 	return strings.TrimSpace(v)
 }
+
+// SemVer is Version as semantic versioning (NATS micro requires it):
+// a release tag without its "v", else 0.0.0-devel.
+func SemVer() string {
+	v := strings.TrimPrefix(Get().Version, "v")
+	if semver.MatchString(v) {
+		return v
+	}
+	return "0.0.0-devel"
+}
+
+var semver = regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)

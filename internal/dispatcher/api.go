@@ -1,7 +1,8 @@
 package dispatcher
 
-// The API: <prefix>.api.{submit,cancel,status,list}, served by a queue
-// group so several dispatchers share the requests.
+// The API: <prefix>.api.{submit,cancel,status,list}, the endpoints of the
+// NATS micro service "agentfleet" (see micro.go), served by a queue group so
+// several dispatchers share the requests.
 
 import (
 	"cmp"
@@ -11,13 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-func reply(m *nats.Msg, v any) {
+func reply(m micro.Request, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		b = []byte(`{"error":{"code":"internal","message":"encoding the reply"}}`)
@@ -32,10 +34,10 @@ func apiError(code, msg string) *protocol.ErrorInfo {
 // NewID returns a fresh query id.
 func NewID() string { return "q" + nuid.Next() }
 
-func (s *Service) handleSubmit(m *nats.Msg) {
+func (s *Service) handleSubmit(m micro.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	job, err := protocol.DecodeJob(m.Header.Get(protocol.HeaderContentType), m.Data)
+	job, err := protocol.DecodeJob(m.Headers().Get(protocol.HeaderContentType), m.Data())
 	if err == nil {
 		if job.ID == "" {
 			job.ID = NewID()
@@ -107,10 +109,10 @@ func decodeRef(data []byte) (protocol.QueryRef, *protocol.ErrorInfo) {
 	return ref, nil
 }
 
-func (s *Service) handleCancel(m *nats.Msg) {
+func (s *Service) handleCancel(m micro.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ref, e := decodeRef(m.Data)
+	ref, e := decodeRef(m.Data())
 	if e != nil {
 		reply(m, protocol.APIReply{Error: e})
 		return
@@ -134,10 +136,10 @@ func (s *Service) handleCancel(m *nats.Msg) {
 	reply(m, protocol.APIReply{OK: true, Status: st})
 }
 
-func (s *Service) handleStatus(m *nats.Msg) {
+func (s *Service) handleStatus(m micro.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ref, e := decodeRef(m.Data)
+	ref, e := decodeRef(m.Data())
 	if e != nil {
 		reply(m, protocol.APIReply{Error: e})
 		return
@@ -176,12 +178,12 @@ func (s *Service) lookup(ctx context.Context, ref protocol.QueryRef) (*protocol.
 	return best, nil
 }
 
-func (s *Service) handleList(m *nats.Msg) {
+func (s *Service) handleList(m micro.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var req protocol.ListRequest
-	if len(m.Data) > 0 {
-		if err := json.Unmarshal(m.Data, &req); err != nil {
+	if len(m.Data()) > 0 {
+		if err := json.Unmarshal(m.Data(), &req); err != nil {
 			reply(m, protocol.APIReply{Error: apiError(protocol.CodeInvalidJob, "request must be JSON {tenant,state,limit}")})
 			return
 		}

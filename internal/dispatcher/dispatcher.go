@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
@@ -52,6 +53,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	subs     []*nats.Subscription
+	api      micro.Service // the API endpoints (micro.go)
 	consumes []jetstream.ConsumeContext
 	ready    bool
 	stopped  bool
@@ -117,21 +119,13 @@ func (s *Service) start(ctx context.Context) error {
 		return err
 	}
 	n := s.names
-	handlers := map[string]nats.MsgHandler{
-		n.APISubmit(): s.handleSubmit,
-		n.APICancel(): s.handleCancel,
-		n.APIStatus(): s.handleStatus,
-		n.APIList():   s.handleList,
+	svc, err := s.serveAPI()
+	if err != nil {
+		return err
 	}
-	for subj, h := range handlers {
-		sub, err := s.cfg.NC.QueueSubscribe(subj, queueGroup, h)
-		if err != nil {
-			return fmt.Errorf("dispatcher: subscribe %s: %w", subj, err)
-		}
-		s.mu.Lock()
-		s.subs = append(s.subs, sub)
-		s.mu.Unlock()
-	}
+	s.mu.Lock()
+	s.api = svc
+	s.mu.Unlock()
 	idx, err := s.js.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:       StatusConsumer,
 		FilterSubject: n.StatusWildcard(),
@@ -195,9 +189,12 @@ func (s *Service) Stop(ctx context.Context) error {
 // index loop; it leaves the service with none.
 func (s *Service) halt(ctx context.Context) error {
 	s.mu.Lock()
-	subs, consumes, indexDone := s.subs, s.consumes, s.indexDone
-	s.subs, s.consumes, s.indexDone, s.ready = nil, nil, nil, false
+	subs, consumes, indexDone, api := s.subs, s.consumes, s.indexDone, s.api
+	s.subs, s.consumes, s.indexDone, s.ready, s.api = nil, nil, nil, false, nil
 	s.mu.Unlock()
+	if api != nil {
+		_ = api.Stop() // drains the endpoints' subscriptions
+	}
 	for _, sub := range subs {
 		_ = sub.Drain()
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/session"
@@ -30,14 +31,17 @@ const SessionsConsumer = "dispatcher-sessions"
 var sessionOps = []string{protocol.OpInput, protocol.OpInterrupt, protocol.OpApprove, protocol.OpEnd}
 
 func (s *Service) startSessions(ctx context.Context) error {
+	s.mu.Lock()
+	api := s.api
+	s.mu.Unlock()
 	for _, op := range sessionOps {
-		sub, err := s.cfg.NC.QueueSubscribe(s.names.APISessionOp(op), queueGroup, func(m *nats.Msg) { s.handleSessionOp(op, m) })
+		// Endpoints of the "agentfleet" micro service (micro.go), in its
+		// queue group.
+		err := api.AddEndpoint(op, micro.HandlerFunc(func(m micro.Request) { s.handleSessionOp(op, m) }),
+			micro.WithEndpointSubject(s.names.APISessionOp(op)))
 		if err != nil {
-			return fmt.Errorf("dispatcher: subscribe %s: %w", op, err)
+			return fmt.Errorf("dispatcher: endpoint %s: %w", op, err)
 		}
-		s.mu.Lock()
-		s.subs = append(s.subs, sub)
-		s.mu.Unlock()
 	}
 	c, err := s.js.CreateOrUpdateConsumer(ctx, s.names.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:        SessionsConsumer,
@@ -61,16 +65,16 @@ func (s *Service) startSessions(ctx context.Context) error {
 }
 
 // handleSessionOp serves <prefix>.api.<op>: {"id","tenant",…op fields}.
-func (s *Service) handleSessionOp(op string, m *nats.Msg) {
+func (s *Service) handleSessionOp(op string, m micro.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ref, e := decodeRef(m.Data)
+	ref, e := decodeRef(m.Data())
 	if e != nil {
 		reply(m, protocol.APIReply{Error: e})
 		return
 	}
 	var req protocol.SessionOpRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil {
+	if err := json.Unmarshal(m.Data(), &req); err != nil {
 		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInvalidJob, err.Error())})
 		return
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/discovery"
+	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
@@ -106,6 +108,32 @@ func TestDeployConfigPermissions(t *testing.T) {
 	r = f.Follow("default", "perm-s", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	require.Equal(t, 2, r.Final.Turn)
+
+	// Discovery: the worker's micro service answers the client (workers,
+	// queue position, drain's subject) and the dispatcher; the
+	// dispatcher's "agentfleet" service answers $SRV requests.
+	ctx, cancel = context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ws, err := discovery.ServeWorker(w.NC, f.Names, discovery.Worker{ID: w.W.ID(), Info: w.W.Info, Drain: func() {}})
+	require.NoError(t, err)
+	defer func() { _ = ws.Stop() }()
+	infos, err := f.Client.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, w.W.ID(), infos[0].ID)
+	q, err := f.Client.Queue(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, q.Workers)
+	dc, err := fleetapi.NewClient(f.NC, f.Names)
+	require.NoError(t, err)
+	infos, err = dc.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, infos, 1, "the dispatcher finds the workers too (for the dashboard and metrics)")
+	_, err = f.Client.Drain(ctx, "no-such-worker")
+	require.ErrorIs(t, err, fleetapi.ErrNotFound)
+	m, err := f.NC.Request("$SRV.INFO.agentfleet", nil, wait)
+	require.NoError(t, err)
+	require.Contains(t, string(m.Data), `"subject":"fleet.api.submit"`)
 
 	select {
 	case v := <-violations:

@@ -36,7 +36,8 @@ func (q QueueInfo) String() string {
 }
 
 // Queue tells where the job with FLEET_JOBS sequence jobSeq stands (0: the
-// fleet's queue only). It reads the work consumer's info.
+// fleet's queue only). It reads the work consumer's info and counts the
+// workers through discovery.
 func (c *Client) Queue(ctx context.Context, jobSeq uint64) (QueueInfo, error) {
 	q := QueueInfo{Workers: -1}
 	cons, err := c.JS.Consumer(ctx, c.Names.JobsStream(), c.Names.Consumer())
@@ -49,6 +50,9 @@ func (c *Client) Queue(ctx context.Context, jobSeq uint64) (QueueInfo, error) {
 		// Sequences between the last delivered job and this one: each is
 		// a job ahead of it unless it was removed (cancelled, dead-lettered).
 		q.Position = min(jobSeq-info.Delivered.Stream, max(q.Pending, 1))
+	}
+	if n, err := c.CountWorkers(ctx); err == nil {
+		q.Workers = n
 	}
 	return q, nil
 }

@@ -49,6 +49,8 @@ var commands = []func() Command{
 	func() Command { return &sendCmd{} },
 	func() Command { return &approveCmd{} },
 	func() Command { return &attachCmd{} },
+	func() Command { return &workersCmd{} },
+	func() Command { return &drainCmd{} },
 	func() Command { return &versionCmd{} },
 }
 

@@ -76,6 +76,7 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	hb.Go(func() { w.heartbeat(hbCtx, msg, ackWait) })
 
 	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded, ackWait: ackWait}
+	defer w.trackRun(job, attempt)()
 	q.run(provider, env)
 }
 

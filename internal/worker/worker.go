@@ -219,6 +219,9 @@ type Worker struct {
 	// cleanup tracks sandbox destruction after runs.
 	cleanup sync.WaitGroup
 	// handback cancels every run with agent.ErrHandback (shutdown phase 2).
+	// runs are the jobs being run, for Info (discovery.go).
+	runs        sync.Map // tenant/id → protocol.RunningJob
+	startedAt   time.Time
 	handbackCtx context.Context
 	handback    context.CancelCauseFunc
 }
@@ -331,6 +334,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker: already started")
 	}
+	w.startedAt = time.Now().UTC()
 	go w.loop(context.WithoutCancel(ctx))
 	return nil
 }
