@@ -234,7 +234,9 @@ func TestClaudeSessionParkResumeAnywhere(t *testing.T) {
 	submitSession(t, f, "default", "cs-3", "remember the number 42", &protocol.Session{IdleTimeoutS: &one}, protocol.Options{})
 	a.Expect(t, "started cs-3 1")
 	sw.state(protocol.StateIdle, 1)
-	parked := sw.state(protocol.StateParked, 1)
+	sendCtl(t, f, "default", "cs-3", input("and remember 7"))
+	sw.state(protocol.StateIdle, 2)
+	parked := sw.state(protocol.StateParked, 2)
 	require.NotEmpty(t, parked.ClaudeSessionID)
 
 	// The slot is free: a one-shot job runs on the same one-slot worker.
@@ -246,25 +248,25 @@ func TestClaudeSessionParkResumeAnywhere(t *testing.T) {
 	a.Kill(t)
 	b.worker(t, 1)
 	sendCtl(t, f, "default", "cs-3", input("what was the number?"))
-	sw.waitFor("idle turn 2 after the resume", func(ev protocol.StatusEvent) bool {
-		return ev.State == protocol.StateIdle && ev.Turn == 2
+	sw.waitFor("idle turn 3 after the resume", func(ev protocol.StatusEvent) bool {
+		return ev.State == protocol.StateIdle && ev.Turn == 3
 	})
 	sendCtl(t, f, "default", "cs-3", protocol.CtlOp{Op: protocol.OpEnd})
 	r = f.Follow("default", "cs-3", wait)
 	fleettest.RequireContiguous(t, r)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
-	require.Equal(t, 2, r.Final.Turn)
+	require.Equal(t, 3, r.Final.Turn)
 	res := results(r)
-	require.Len(t, res, 2)
-	require.Equal(t, parked.ClaudeSessionID, res[1]["session_id"], "the same Claude session continued")
+	require.Len(t, res, 3)
+	require.Equal(t, parked.ClaudeSessionID, res[2]["session_id"], "the same Claude session continued")
 
 	turns := userTurns(b.fake)
-	require.Equal(t, []string{"remember the number 42", "one-shot while parked", "what was the number?"}, turns,
+	require.Equal(t, []string{"remember the number 42", "and remember 7", "one-shot while parked", "what was the number?"}, turns,
 		"no input applied twice")
 	conv := b.fake.Conversation()
 	last := conv[len(conv)-1]
-	require.Equal(t, []string{"remember the number 42", "what was the number?"}, last.UserTexts(), "the resumed turn carries the whole history")
-	require.Equal(t, []string{"answer to remember the number 42"}, last.AssistantTexts())
+	require.Equal(t, []string{"remember the number 42", "and remember 7", "what was the number?"}, last.UserTexts(), "the resumed turn carries the whole history")
+	require.Equal(t, []string{"answer to remember the number 42", "answer to and remember 7"}, last.AssistantTexts())
 
 	// options.resume of the earlier query, same tenant: its history is there.
 	b.f.PublishJob("default", mustJSON(t, protocol.Job{ID: "cs-3-followup", Prompt: "and again?", Options: protocol.Options{Resume: "cs-3"}}), nil)
@@ -272,7 +274,7 @@ func TestClaudeSessionParkResumeAnywhere(t *testing.T) {
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	conv = b.fake.Conversation()
 	last = conv[len(conv)-1]
-	require.Equal(t, []string{"remember the number 42", "what was the number?", "and again?"}, last.UserTexts())
+	require.Equal(t, []string{"remember the number 42", "and remember 7", "what was the number?", "and again?"}, last.UserTexts())
 
 	// Another tenant cannot resume it, by query id or by session id.
 	for i, ref := range []string{"cs-3", parked.ClaudeSessionID} {
