@@ -29,6 +29,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		storageURL, statusURL     string
 		httpAddr, pprofAddr       string
 		maxConc, maxDeliver, reps int
+		workerSlots               int
 		ackWait, maxAge           time.Duration
 	)
 	config.AddCommon(fs, &common, "dispatcher")
@@ -41,6 +42,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	fs.DurationVar(&maxAge, "queries-max-age", 7*24*time.Hour, "how long per-query messages are kept for replay (env FLEET_QUERIES_MAX_AGE)")
 	pprofserve.AddFlag(fs, &pprofAddr)
 	fs.IntVar(&reps, "replicas", 1, "stream replicas (3 on a cluster) (env FLEET_REPLICAS)")
+	fs.IntVar(&workerSlots, "worker-slots", 4, "slots of one worker, for the fleet_desired_workers metric (env FLEET_WORKER_SLOTS)")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -104,6 +106,12 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	queue, err := queueMetrics(nc, names, workerSlots)
+	if err != nil {
+		log.Error().Err(err).Msg("--worker-slots")
+		return fleetcli.ExitUsage
+	}
+	reg.MustRegister(queue)
 	hs, err := httpserve.Start(httpAddr, svc.Ready, reg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("--http")
