@@ -6,12 +6,12 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -29,26 +29,19 @@ import (
 // it delivered is still waiting. A worker given the job in the moment
 // between that look and the delete finds the cancel on record; if its first
 // status lands before the dispatcher's compare-and-sets, the dispatcher
-// writes nothing. If it lands after them, the worker must see the query
-// already ended and write nothing itself: that is the attempt fence on the
-// .status subject (compare-and-set claims); without it, that narrow race can
-// give a second "cancelled" status.
+// writes nothing; if it comes after them, the worker's claim (itself a
+// compare-and-set, internal/fence) reads the terminal status of the same
+// submission and acks the job without running it. Either way the query has
+// one terminal status.
 func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*protocol.StatusEvent, error) {
 	n := s.names
-	qs, err := s.js.Stream(ctx, n.QueriesStream())
+	// From the stream's leader: the compare-and-sets below are against it.
+	statusSeq, last, err := fence.LastStatus(ctx, s.cfg.NC, n.QueriesStream(), n.QueryStatus(ref.Tenant, ref.ID))
 	if err != nil {
 		return nil, err
 	}
-	raw, err := qs.GetLastMsgForSubject(ctx, n.QueryStatus(ref.Tenant, ref.ID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil // published straight to the queue: no status to go by
-	}
-	if err != nil {
-		return nil, err
-	}
-	var last protocol.StatusEvent
-	if json.Unmarshal(raw.Data, &last) != nil || last.State != protocol.StateQueued || last.JobSeq == 0 {
-		return nil, nil
+	if last == nil || last.State != protocol.StateQueued || last.JobSeq == 0 {
+		return nil, nil // none (published straight to the queue), or not waiting
 	}
 	cons, err := s.js.Consumer(ctx, n.JobsStream(), n.Consumer())
 	if err != nil {
@@ -65,7 +58,7 @@ func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*pro
 	ended, err := s.end(ctx, ending{
 		tenant: ref.Tenant, id: ref.ID, attempt: 1, jobSeq: last.JobSeq,
 		state: protocol.StateCancelled, reason: protocol.ReasonCancelled, code: protocol.CodeCancelled,
-		message: msg, expectStatusSeq: raw.Sequence,
+		message: msg, expectStatusSeq: statusSeq,
 	})
 	if err != nil || !ended {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -122,14 +123,6 @@ const (
 	hdrExpectLastSubjectSeqSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
 )
 
-// wrongLastSequence reports whether err is the server refusing a
-// compare-and-set (10071; 10164 on a replicated stream).
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
 // end writes a query's synthetic result (on the stream, then in the
 // transcript) and its terminal status, and reports whether it did. With
 // expectStatusSeq set it reports false when a compare-and-set fails: a
@@ -159,7 +152,7 @@ func (s *Service) end(ctx context.Context, e ending) (bool, error) {
 		pm.Header.Set(hdrExpectLastSubjectSeqSubject, n.QueryStatus(e.tenant, e.id))
 	}
 	if _, err := s.js.PublishMsg(ctx, pm); err != nil {
-		if e.expectStatusSeq != 0 && wrongLastSequence(err) {
+		if e.expectStatusSeq != 0 && fence.WrongLastSequence(err) {
 			return false, nil
 		}
 		return false, fmt.Errorf("publishing the synthetic result: %w", err)
@@ -190,7 +183,7 @@ func (s *Service) end(ctx context.Context, e ending) (bool, error) {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(e.expectStatusSeq))
 	}
 	if _, err := s.js.PublishMsg(ctx, sm, opts...); err != nil {
-		if e.expectStatusSeq != 0 && wrongLastSequence(err) {
+		if e.expectStatusSeq != 0 && fence.WrongLastSequence(err) {
 			// A worker claimed the run between the two compare-and-sets;
 			// it has seen the cancel and ends the run itself.
 			s.log.Warn().Str("tenant", e.tenant).Str("query_id", e.id).

@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
 )
 
@@ -71,4 +73,39 @@ func TestCancelAndTimeoutKillWhatTheAgentLeftBehind(t *testing.T) {
 				"the escaped grandchild is gone after the "+tc.reason)
 		})
 	}
+}
+
+// A worker killed with SIGKILL cannot kill what its runs left behind (its
+// agent dies by Pdeathsig, the escaped grandchild does not); the next
+// worker started on the machine does, from the dead worker's cgroup.
+func TestNextWorkerKillsWhatAKilledWorkersRunsLeftBehind(t *testing.T) {
+	t.Parallel()
+	if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Containment: sandbox.ContainCgroup}); err != nil {
+		t.Skipf("needs a writable cgroup v2 hierarchy (the environ fallback cannot find a dead worker's processes): %v", err)
+	}
+	f := fleettest.New(t, fleettest.Opts{AckWait: 2 * time.Second})
+	sdir := filepath.Join(f.Dir, "data")
+	pidFile := filepath.Join(t.TempDir(), "gc.pid")
+	a := fleettest.StartWorkerProcess(t, f.Srv.ClientURL(), t.TempDir(), sdir)
+	f.SubmitJSON("default", "orphaned", "/standin escape="+pidFile+" sleep=1h")
+	a.Expect(t, "started orphaned 1")
+	var pid int
+	fleettest.Eventually(t, wait, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err == nil {
+			pid, err = strconv.Atoi(string(b))
+		}
+		return err == nil
+	}, "the agent's escaped grandchild")
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) }) // only matters if the test failed
+	// The next attempt must not start another one.
+	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "orphaned"), []byte(`{"op":"cancel"}`)))
+	a.Kill(t)
+	_, err := unix.Getsid(pid)
+	require.NoError(t, err, "the escaped grandchild outlived the killed worker")
+
+	fleettest.StartWorkerProcess(t, f.Srv.ClientURL(), t.TempDir(), sdir)
+	fleettest.Eventually(t, wait, func() bool { return sandboxtest.ProcessGone(pid) },
+		"the next worker killed the dead worker's leftover")
+	require.Equal(t, protocol.StateCancelled, f.Follow("default", "orphaned", wait).Final.State)
 }
