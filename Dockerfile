@@ -18,7 +18,7 @@ RUN go build -trimpath -o /out/worker ./cmd/worker \
 FROM node:22-bookworm-slim AS worker
 ARG CLAUDE_CODE_VERSION=2.1.330
 RUN npm install -g "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" \
- && apt-get update && apt-get install -y --no-install-recommends git ca-certificates \
+ && apt-get update && apt-get install -y --no-install-recommends git ca-certificates tini \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 10001 fleet \
  && mkdir -p /data /journal /sandboxes && chown fleet:fleet /data /journal /sandboxes
@@ -28,7 +28,10 @@ WORKDIR /home/fleet
 ENV FLEET_JOURNAL_DIR=/journal FLEET_SANDBOX_DIR=/sandboxes FLEET_HTTP=0.0.0.0:8080
 EXPOSE 8080
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["worker"]
+# tini as PID 1 reaps what an agent left behind once the worker has killed it
+# (a process that detached from the agent is re-parented to PID 1, and the
+# worker would otherwise keep it as a zombie) and passes SIGTERM on.
+ENTRYPOINT ["/usr/bin/tini", "--", "worker"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS dispatcher
 COPY --from=build /out/dispatcher /usr/local/bin/dispatcher
