@@ -185,3 +185,32 @@ func TestCLISession(t *testing.T) {
 	require.Equal(t, protocol.StateSucceeded, final.State)
 	require.Equal(t, 3, final.Turn)
 }
+
+// TestStandinSessionParksOnWorkerStop: a worker that stops parks its idle
+// session at once (not after its shutdown grace), and the next input
+// resumes it on another worker with the turn count going on.
+func TestStandinSessionParksOnWorkerStop(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	a := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Grace: 10 * time.Minute})
+	fleettest.WaitReady(t, a.W)
+	sw := watchStatus(t, f, "default", "st-stop")
+	submitSession(t, f, "default", "st-stop", "before the stop", &protocol.Session{}, protocol.Options{})
+	sw.state(protocol.StateIdle, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, a.W.Stop(ctx), "the stop does not wait out the 10-minute grace")
+	sw.state(protocol.StateParked, 1)
+
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	sendCtl(t, f, "default", "st-stop", input("after the stop"))
+	sw.state(protocol.StateIdle, 2)
+	sendCtl(t, f, "default", "st-stop", protocol.CtlOp{Op: protocol.OpEnd})
+	r := f.Follow("default", "st-stop", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, 2, r.Final.Turn)
+	last := string(r.Lines[len(r.Lines)-2].Data)
+	require.Contains(t, last, "after the stop")
+	require.Contains(t, last, "(1 earlier messages in this session)", "the resumed stand-in found the session's transcript")
+}

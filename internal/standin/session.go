@@ -138,8 +138,6 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 				interrupted = true
 			}
 		}
-		record(m.text)
-		history++
 		subtype, isErr := "success", false
 		if interrupted {
 			subtype, isErr = "error_during_execution", true
@@ -154,6 +152,8 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 				{"parent_tool_use_id", nil}, {"session_id", sid}, {"uuid", uuid()},
 			})
 		}
+		record(m.text)
+		history++
 		emit(ordered{
 			{"type", "result"}, {"subtype", subtype}, {"is_error", isErr},
 			{"duration_ms", time.Since(start).Milliseconds()}, {"duration_api_ms", 0},

@@ -175,7 +175,16 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 	idle.Stop()
 	defer idle.Stop()
 	idleArmed := false
+	// The worker stopping: an idle session parks at once (after its turn
+	// when one runs) instead of holding the shutdown for its grace period.
+	stopping := q.w.stopCh
+	parkNow := false
 	for {
+		if running == nil && len(queue) == 0 && parkNow && !endAsked {
+			r.parked = true
+			r.closeAndCheckpoint(ctx, s)
+			return last, nil
+		}
 		if running == nil && len(queue) > 0 {
 			in := queue[0]
 			queue = queue[1:]
@@ -252,6 +261,9 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 			if len(queue) == 0 && !endAsked {
 				q.status(r.status(protocol.StatusEvent{State: protocol.StateIdle}))
 			}
+		case <-stopping:
+			stopping = nil
+			parkNow = true
 		case <-idle.C:
 			idleArmed = false
 			if len(queue) > 0 || running != nil {
