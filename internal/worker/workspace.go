@@ -37,6 +37,16 @@ func (q *query) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.Emi
 	cctx, cancel := context.WithTimeout(ctx, checkoutTimeout)
 	base, err = ws.Checkout(cctx, sb, workspace.Spec{Tenant: job.Tenant, ID: job.ID, Workspace: *job.Workspace})
 	cancel()
+	if err == nil && job.Session != nil && job.Session.Continuation {
+		// A parked session resumes: its workspace continues from the
+		// bundle its last capture stored, not from a fresh checkout.
+		rctx, cancel := context.WithTimeout(ctx, checkoutTimeout)
+		var restored bool
+		if base, restored, err = ws.Restore(rctx, sb, base); restored {
+			q.log.Info().Msg("workspace restored from the parked session's last capture")
+		}
+		cancel()
+	}
 	switch {
 	case err == nil:
 		q.status(protocol.StatusEvent{State: protocol.StateRunning, Workspace: &protocol.WorkspaceStatus{StartSHA: base.StartSHA}})

@@ -37,6 +37,13 @@
 // empty bundle). The push
 // happens last, so a rejected push (Artifact.PushError) loses nothing.
 //
+// # Restore
+//
+// Restore continues an earlier run of the same query (a parked session
+// that resumes) in a fresh checkout: the stored bundle is fetched and the
+// work branch set to its tip, keeping the earlier start_sha, so the next
+// Capture covers every run.
+//
 // # Credentials
 //
 // The worker's Credentials (git's credential-store format) are turned into

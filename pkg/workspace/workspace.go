@@ -483,3 +483,82 @@ func (w *Workspaces) push(ctx context.Context, sb sandbox.Sandbox, base Base, en
 	}
 	return nil
 }
+
+// Restore continues the work of an earlier run of the same query in a
+// fresh checkout (base, from Checkout): the bundle that run's Capture
+// stored is fetched into the repository and the work branch set to its tip,
+// so the agent finds every file it left, committed or not. The returned
+// Base keeps the earlier run's start_sha (the bundle's prerequisite,
+// fetched from the remote when the ref has moved since), so the next
+// Capture covers the work of every run. restored is false when no bundle
+// is stored (the earlier run changed nothing): base is returned as it is.
+func (w *Workspaces) Restore(ctx context.Context, sb sandbox.Sandbox, base Base) (_ Base, restored bool, err error) {
+	spec := base.Spec
+	data, err := w.cfg.Store.Get(ctx, storage.BundleKey(spec.Tenant, spec.ID))
+	if errors.Is(err, storage.ErrNotFound) {
+		return base, false, nil
+	}
+	if err != nil {
+		return base, false, fmt.Errorf("workspace: restore: reading the bundle: %w", err)
+	}
+	start, err := bundlePrerequisite(data)
+	if err != nil {
+		return base, false, fmt.Errorf("workspace: restore: %w", err)
+	}
+	if start != base.StartSHA {
+		args := []string{"fetch", "-q", "--no-tags"}
+		if d := spec.Workspace.CloneDepth(); d > 0 {
+			args = append(args, "--depth", strconv.Itoa(d))
+		}
+		call := gitCall{step: "fetchstart", args: append(args, "origin", start)}
+		if call.authKey, call.authValue, err = w.auth(sb, spec.Workspace.Repo); err != nil {
+			return base, false, fmt.Errorf("workspace: restore: %w", err)
+		}
+		r, err := w.git(ctx, sb, call)
+		if err == nil && r.code != 0 {
+			err = fmt.Errorf("git fetch of the earlier start %s: %s", start, lastLines(r.stderr))
+		}
+		if err != nil {
+			return base, false, fmt.Errorf("workspace: restore: %w", err)
+		}
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	path := ".git/fleet-restore-" + hex.EncodeToString(rnd[:]) + ".bundle"
+	if err := sb.WriteFile(ctx, path, data); err != nil {
+		return base, false, fmt.Errorf("workspace: restore: %w", err)
+	}
+	if _, err := w.mustGit(ctx, sb, "restorefetch", "fetch", "-q", "--no-tags", path, "refs/heads/"+base.Branch); err != nil {
+		return base, false, fmt.Errorf("workspace: restore: %w", err)
+	}
+	if _, err := w.mustGit(ctx, sb, "restorecheckout", "checkout", "-q", "-f", "-B", base.Branch, "FETCH_HEAD"); err != nil {
+		return base, false, fmt.Errorf("workspace: restore: %w", err)
+	}
+	base.StartSHA = start
+	return base, true, nil
+}
+
+// bundlePrerequisite reads the one prerequisite of a bundle Capture made
+// ("-<sha> …" in the v2/v3 header).
+func bundlePrerequisite(data []byte) (string, error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "# v") || !strings.HasSuffix(sc.Text(), " git bundle") {
+		return "", errors.New("the stored bundle has no git bundle header")
+	}
+	var prereq []string
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			break
+		}
+		if sha, ok := strings.CutPrefix(line, "-"); ok {
+			sha, _, _ = strings.Cut(sha, " ")
+			prereq = append(prereq, sha)
+		}
+	}
+	if len(prereq) != 1 || len(prereq[0]) < 40 {
+		return "", fmt.Errorf("the stored bundle has %d prerequisites, want its start commit", len(prereq))
+	}
+	return prereq[0], nil
+}

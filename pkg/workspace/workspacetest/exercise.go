@@ -60,6 +60,7 @@ func Exercise(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, f F
 		"PutOnlyStore":            s.testPutOnlyStore,
 		"ManyFilesTruncated":      s.testManyFiles,
 		"BranchMovedBack":         s.testMovedBack,
+		"RestoreContinuesTheWork": s.testRestore,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -500,6 +501,62 @@ func (s *suite) testMovedBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(diff), "-More words.")
 }
+
+// testRestore: a later run of the same query (a resumed session) starts
+// where the earlier one left off, even when the remote branch has moved in
+// between, and its capture covers the work of both runs.
+func (s *suite) testRestore(t *testing.T) {
+	b := s.setup(t, workspace.Config{})
+	sp := spec(b.repo.URL, protocol.Workspace{Depth: ptrInt(1)})
+	nothing, restored, err := b.ws.Restore(b.ctx, b.sb, workspace.Base{Spec: sp})
+	require.NoError(t, err)
+	require.False(t, restored, "nothing stored yet")
+	require.Empty(t, nothing.StartSHA)
+
+	base, err := b.ws.Checkout(b.ctx, b.sb, sp)
+	require.NoError(t, err)
+	DoAgentWork(t, b.ctx, b.sb)
+	first, err := b.ws.Capture(b.ctx, b.sb, base)
+	require.NoError(t, err)
+
+	// The remote's main moves on before the next run.
+	seed := filepath.Join(filepath.Dir(b.repo.Bare), "seed")
+	require.NoError(t, os.WriteFile(filepath.Join(seed, "later.txt"), []byte("later\n"), 0o644))
+	Git(t, seed, "add", "-A")
+	Git(t, seed, "commit", "-q", "-m", "later")
+	Git(t, seed, "push", "-q", b.repo.Bare, "main")
+
+	next := s.sandbox(t, b.ctx)
+	base2, err := b.ws.Checkout(b.ctx, next, sp)
+	require.NoError(t, err)
+	require.NotEqual(t, b.repo.Main, base2.StartSHA)
+	base2, restored, err = b.ws.Restore(b.ctx, next, base2)
+	require.NoError(t, err)
+	require.True(t, restored)
+	require.Equal(t, b.repo.Main, base2.StartSHA, "the earlier start is kept")
+	require.Equal(t, first.EndSHA, Run(t, b.ctx, next, "git", "rev-parse", "HEAD"))
+	got, err := next.ReadFile(b.ctx, "notes/new.txt")
+	require.NoError(t, err)
+	require.Equal(t, "new\nfile\n", string(got), "the earlier run's untracked file is back")
+	_, err = next.ReadFile(b.ctx, "later.txt")
+	require.ErrorIs(t, err, sandbox.ErrNotFound, "the work continues from its own start, not the moved branch")
+
+	require.NoError(t, next.WriteFile(b.ctx, "second.txt", []byte("second run\n")))
+	art, err := b.ws.Capture(b.ctx, next, base2)
+	require.NoError(t, err)
+	require.Equal(t, b.repo.Main, art.StartSHA)
+	require.Equal(t, first.FilesTotal+1, art.FilesTotal, "the capture covers both runs")
+	bundleData, err := b.store.Get(b.ctx, art.BundleKey)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b"), bundleData, 0o644))
+	clone := filepath.Join(dir, "c")
+	Git(t, dir, "clone", "-q", b.repo.URL, clone)
+	Git(t, clone, "checkout", "-q", b.repo.Main)
+	Git(t, clone, "bundle", "verify", "-q", filepath.Join(dir, "b"))
+}
+
+func ptrInt(v int) *int { return &v }
 
 // scanTree fails if any file under dir contains one of secrets.
 func scanTree(t *testing.T, dir string, secrets []string) {
