@@ -30,7 +30,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		httpAddr, pprofAddr       string
 		maxConc, maxDeliver, reps int
 		workerSlots               int
-		ackWait, maxAge           time.Duration
+		ackWait, maxAge, ttl      time.Duration
 	)
 	config.AddCommon(fs, &common, "dispatcher")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -40,6 +40,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	fs.DurationVar(&ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
 	fs.IntVar(&maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")
 	fs.DurationVar(&maxAge, "queries-max-age", 7*24*time.Hour, "how long per-query messages are kept for replay (env FLEET_QUERIES_MAX_AGE)")
+	fs.DurationVar(&ttl, "session-ttl", 7*24*time.Hour, "a session parked for longer ends as succeeded (env FLEET_SESSION_TTL)")
 	pprofserve.AddFlag(fs, &pprofAddr)
 	fs.IntVar(&reps, "replicas", 1, "stream replicas (3 on a cluster) (env FLEET_REPLICAS)")
 	fs.IntVar(&workerSlots, "worker-slots", 4, "slots of one worker, for the fleet_desired_workers metric (env FLEET_WORKER_SLOTS)")
@@ -72,7 +73,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	defer objects.Close()
 	defer status.Close()
 	svc, err := dispatcher.New(dispatcher.Config{
-		NC: nc, Status: status, Objects: objects, Logger: &log,
+		NC: nc, Status: status, Objects: objects, Logger: &log, SessionTTL: ttl,
 		Provision: provision.Config{Names: names, MaxConcurrency: maxConc, AckWait: ackWait, MaxDeliver: maxDeliver, QueriesMaxAge: maxAge, Replicas: reps},
 	})
 	if err != nil {

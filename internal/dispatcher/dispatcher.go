@@ -36,6 +36,11 @@ type Config struct {
 	// Objects stores transcripts (dead letters add their synthetic result).
 	// Required.
 	Objects storage.Store
+	// SessionTTL ends a session parked for longer (succeeded); 0 = 7 days.
+	SessionTTL time.Duration
+	// SessionSweep is how often parked sessions are checked against
+	// SessionTTL; 0 = min(SessionTTL/10, 1m).
+	SessionSweep time.Duration
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
@@ -57,6 +62,8 @@ type Service struct {
 	consumes []jetstream.ConsumeContext
 	ready    bool
 	stopped  bool
+	// sweep stops the parked-session expiry loop (sessions.go).
+	sweepStop func()
 
 	indexDone chan struct{} // closed when the index loop has returned
 }
@@ -189,9 +196,12 @@ func (s *Service) Stop(ctx context.Context) error {
 // index loop; it leaves the service with none.
 func (s *Service) halt(ctx context.Context) error {
 	s.mu.Lock()
-	subs, consumes, indexDone, api := s.subs, s.consumes, s.indexDone, s.api
-	s.subs, s.consumes, s.indexDone, s.ready, s.api = nil, nil, nil, false, nil
+	subs, consumes, indexDone, api, sweepStop := s.subs, s.consumes, s.indexDone, s.api, s.sweepStop
+	s.subs, s.consumes, s.indexDone, s.ready, s.api, s.sweepStop = nil, nil, nil, false, nil, nil
 	s.mu.Unlock()
+	if sweepStop != nil {
+		sweepStop()
+	}
 	if api != nil {
 		_ = api.Stop() // drains the endpoints' subscriptions
 	}

@@ -58,10 +58,89 @@ func (s *Service) startSessions(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: sessions: %w", err)
 	}
+	ttl := s.cfg.SessionTTL
+	if ttl <= 0 {
+		ttl = 7 * 24 * time.Hour
+	}
+	every := s.cfg.SessionSweep
+	if every <= 0 {
+		every = min(ttl/10, time.Minute)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				s.expireParked(sctx, ttl)
+			}
+		}
+	}()
 	s.mu.Lock()
 	s.consumes = append(s.consumes, cc)
+	s.sweepStop = func() { cancel(); <-done }
 	s.mu.Unlock()
 	return nil
+}
+
+// expireParked ends every session parked for longer than ttl with a
+// succeeded status (SPEC 9: --session-ttl). The status is a compare-and-set
+// on the parked one, so a session resumed meanwhile is left alone.
+func (s *Service) expireParked(ctx context.Context, ttl time.Duration) {
+	evs, err := storage.ListStatus(ctx, s.cfg.Status, "", 0)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("listing statuses for parked sessions")
+		return
+	}
+	st, err := s.js.Stream(ctx, s.names.QueriesStream())
+	if err != nil {
+		return
+	}
+	for _, ev := range evs {
+		if ev.State != protocol.StateParked || time.Since(ev.At) < ttl {
+			continue
+		}
+		subj := s.names.QueryStatus(ev.Tenant, ev.ID)
+		raw, err := st.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			continue
+		}
+		var last protocol.StatusEvent
+		if json.Unmarshal(raw.Data, &last) != nil || last.State != protocol.StateParked || time.Since(last.At) < ttl {
+			continue
+		}
+		end := last
+		end.State, end.At, end.Worker = protocol.StateSucceeded, time.Now().UTC(), ""
+		end.CtlSeq = 0
+		end.Result = &protocol.ResultSummary{SessionID: last.ClaudeSessionID, LastSeq: resultSeq(last)}
+		b, err := json.Marshal(end)
+		if err != nil {
+			continue
+		}
+		m := nats.NewMsg(subj)
+		m.Data = b
+		m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(raw.Sequence))
+		if _, err := s.js.PublishMsg(ctx, m); err != nil {
+			continue // resumed meanwhile (the compare-and-set failed), or NATS trouble: next sweep
+		}
+		if err := storage.AssembleTranscript(ctx, s.cfg.Objects, ev.Tenant, ev.ID); err != nil {
+			s.log.Warn().Err(err).Str("query_id", ev.ID).Msg("assembling an expired session's transcript")
+		}
+		s.log.Info().Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("parked session expired (--session-ttl)")
+	}
+}
+
+func resultSeq(ev protocol.StatusEvent) uint64 {
+	if ev.Result != nil {
+		return ev.Result.LastSeq
+	}
+	return 0
 }
 
 // handleSessionOp serves <prefix>.api.<op>: {"id","tenant",…op fields}.

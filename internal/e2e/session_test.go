@@ -214,3 +214,23 @@ func TestStandinSessionParksOnWorkerStop(t *testing.T) {
 	require.Contains(t, last, "after the stop")
 	require.Contains(t, last, "(1 earlier messages in this session)", "the resumed stand-in found the session's transcript")
 }
+
+// TestParkedSessionExpires: a session parked longer than --session-ttl ends
+// with one succeeded status, and its transcript is assembled.
+func TestParkedSessionExpires(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{SessionTTL: time.Second, SessionSweep: 100 * time.Millisecond})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	sw := watchStatus(t, f, "default", "st-ttl")
+	one := 1
+	submitSession(t, f, "default", "st-ttl", "short-lived", &protocol.Session{IdleTimeoutS: &one}, protocol.Options{})
+	sw.state(protocol.StateParked, 1)
+	final := sw.waitFor("terminal", func(ev protocol.StatusEvent) bool { return ev.State.Terminal() })
+	require.Equal(t, protocol.StateSucceeded, final.State)
+	require.Equal(t, 1, final.Turn)
+	tr := f.Transcript(f.Objects, "default", "st-ttl")
+	require.Contains(t, string(tr), "short-lived")
+	r := f.Follow("default", "st-ttl", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, 1, terminalCount(sw.all()))
+}

@@ -87,6 +87,9 @@ type Opts struct {
 	// Connect, if set, makes the connection of a role: "dispatcher",
 	// "worker" or "client". Defaults to an unauthenticated natstest.Connect.
 	Connect func(t testing.TB, role string) *nats.Conn
+	// SessionTTL and SessionSweep configure the dispatcher's expiry of
+	// parked sessions.
+	SessionTTL, SessionSweep time.Duration
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -132,7 +135,7 @@ func New(t testing.TB, o Opts) *Fleet {
 		o.AckWait = 30 * time.Second
 	}
 	f.Disp, err = dispatcher.New(dispatcher.Config{
-		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger,
+		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 	})
 	require.NoError(t, err)
