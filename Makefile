@@ -48,6 +48,9 @@ bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 line
 		else cat $$log; exit 1; fi; \
 	done
 
+bench/failover: ## the stall after each kind of leader kill on a 3-node cluster, p50/max over FLEET_FAILOVER_KILLS (10) kills each
+	@$(GO) test -run '^$$' -bench BenchmarkClusterFailover -benchtime 1x -timeout 60m ./internal/e2e/ | grep -E '^failover_'
+
 bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
 
@@ -69,4 +72,4 @@ up: ## docker compose up (needs a Docker engine)
 down: ## docker compose down
 	docker compose down
 
-.PHONY: cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down
+.PHONY: bench/failover cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down

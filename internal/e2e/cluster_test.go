@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,7 @@ import (
 // shipped deploy/nats/cluster/node.conf (its accounts and per-role users
 // included), each node configured through the environment as the file
 // says. It uses t.Setenv: the caller must not be parallel.
-func clusterFromDeployConfig(t *testing.T) (*natstest.Cluster, func(t testing.TB, role string) *nats.Conn) {
+func clusterFromDeployConfig(t testing.TB) (*natstest.Cluster, func(t testing.TB, role string) *nats.Conn) {
 	for _, role := range []string{"DISPATCHER", "WORKER", "PRODUCER", "SUBSCRIBER", "CLIENT", "SYS"} {
 		t.Setenv("FLEET_"+role+"_PASSWORD", "pw-"+role)
 	}
@@ -63,11 +64,42 @@ func clusterFromDeployConfig(t *testing.T) (*natstest.Cluster, func(t testing.TB
 // is killed while jobs run, and restarted once jobs finish again. Every
 // job runs exactly once and ends with exactly one terminal status, with
 // contiguous Fleet-Seq and a transcript equal to the stream (issue 9). The
-// stall after each kill (time to the next finished job) is logged.
+// stall after each kill (time to the next finished job) is logged;
+// BenchmarkClusterFailover measures it over many kills.
 func TestClusterLeaderFailover(t *testing.T) {
+	stalls := failover(t, 1)
+	for kind, d := range stalls {
+		t.Logf("killed the %s leader: the first job finished %s later", kind, d[0].Round(time.Millisecond))
+	}
+}
+
+// BenchmarkClusterFailover (make bench/failover) kills each kind of leader
+// FLEET_FAILOVER_KILLS times (default 10) and prints, per kind, the p50 and
+// max of the stall: the time from the kill to the next finished job, with
+// jobs (12 lines over 1.2 s, 6 slots) running throughout.
+func BenchmarkClusterFailover(b *testing.B) {
+	kills := 10
+	if n, err := strconv.Atoi(os.Getenv("FLEET_FAILOVER_KILLS")); err == nil && n > 0 {
+		kills = n
+	}
+	for range b.N {
+		stalls := failover(b, kills)
+		for _, kind := range []string{"FLEET_QUERIES", "FLEET_JOBS", "consumer"} {
+			d := stalls[kind]
+			slices.Sort(d)
+			fmt.Printf("failover_stall_%s_p50_ms %d ms\nfailover_stall_%s_max_ms %d ms\n",
+				strings.ToLower(kind), d[len(d)/2].Milliseconds(), strings.ToLower(kind), d[len(d)-1].Milliseconds())
+		}
+	}
+}
+
+// failover runs waves of jobs on a 3-node cluster, killing one leader per
+// wave (FLEET_QUERIES, FLEET_JOBS, the consumer, in turn, rounds times),
+// checks every job, and returns the stalls by kind.
+func failover(t testing.TB, rounds int) map[string][]time.Duration {
 	c, connect := clusterFromDeployConfig(t)
 	f := fleettest.New(t, fleettest.Opts{Server: c.Servers()[0], Connect: connect, Replicas: 3})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rounds)*5*time.Minute)
 	defer cancel()
 
 	var mu sync.Mutex
@@ -102,58 +134,70 @@ func TestClusterLeaderFailover(t *testing.T) {
 	require.NoError(t, obs.Flush())
 
 	leader := func(kind string) string {
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		switch kind {
-		case "consumer":
-			cons, err := f.JS.Consumer(lctx, f.Names.JobsStream(), f.Names.Consumer())
-			require.NoError(t, err)
-			info, err := cons.Info(lctx)
-			require.NoError(t, err)
-			return info.Cluster.Leader
-		default:
-			st, err := f.JS.Stream(lctx, kind)
-			require.NoError(t, err)
-			info, err := st.Info(lctx)
-			require.NoError(t, err)
-			return info.Cluster.Leader
-		}
+		var name string
+		fleettest.Eventually(t, time.Minute, func() bool {
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if kind == "consumer" {
+				cons, err := f.JS.Consumer(lctx, f.Names.JobsStream(), f.Names.Consumer())
+				if err != nil {
+					return false
+				}
+				info, err := cons.Info(lctx)
+				if err != nil || info.Cluster == nil {
+					return false
+				}
+				name = info.Cluster.Leader
+			} else {
+				st, err := f.JS.Stream(lctx, kind)
+				if err != nil {
+					return false
+				}
+				info, err := st.Info(lctx)
+				if err != nil || info.Cluster == nil {
+					return false
+				}
+				name = info.Cluster.Leader
+			}
+			return name != ""
+		}, kind+" leader")
+		return name
 	}
 
+	stalls := map[string][]time.Duration{}
 	var ids []string
-	for wave, kind := range []string{f.Names.QueriesStream(), f.Names.JobsStream(), "consumer"} {
-		var batch []string
-		for i := range 8 {
-			id := fmt.Sprintf("fo-%d-%d", wave, i)
-			batch = append(batch, id)
-			f.SubmitJSON("default", id, "/standin lines=12 delay=100ms")
-		}
-		ids = append(ids, batch...)
-		// Kill the leader while the wave runs.
-		waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", batch[0]), 3)
-		name := leader(kind)
-		node := c.Node(name)
-		require.GreaterOrEqual(t, node, 0, "leader %q of %s", name, kind)
-		killed := time.Now()
-		c.Kill(node)
-		var stall time.Duration
-		finished := map[string]bool{}
-		for len(finished) < len(batch) {
-			select {
-			case id := <-done:
-				if slices.Contains(batch, id) && !finished[id] {
-					if len(finished) == 0 {
-						stall = time.Since(killed)
-					}
-					finished[id] = true
-				}
-			case <-ctx.Done():
-				t.Fatalf("%s leader killed: %d of %d jobs finished", kind, len(finished), len(batch))
+	for round := range rounds {
+		for _, kind := range []string{f.Names.QueriesStream(), f.Names.JobsStream(), "consumer"} {
+			var batch []string
+			for i := range 8 {
+				id := fmt.Sprintf("fo-%d-%s-%d", round, strings.ToLower(kind), i)
+				batch = append(batch, strings.ReplaceAll(id, "_", "-"))
+				f.SubmitJSON("default", batch[i], "/standin lines=12 delay=100ms")
 			}
+			ids = append(ids, batch...)
+			// Kill the leader while the wave runs.
+			waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", batch[0]), 3)
+			name := leader(kind)
+			node := c.Node(name)
+			require.GreaterOrEqual(t, node, 0, "leader %q of %s", name, kind)
+			killed := time.Now()
+			c.Kill(node)
+			finished := map[string]bool{}
+			for len(finished) < len(batch) {
+				select {
+				case id := <-done:
+					if slices.Contains(batch, id) && !finished[id] {
+						if len(finished) == 0 {
+							stalls[kind] = append(stalls[kind], time.Since(killed))
+						}
+						finished[id] = true
+					}
+				case <-ctx.Done():
+					t.Fatalf("%s leader killed: %d of %d jobs finished", kind, len(finished), len(batch))
+				}
+			}
+			c.Restart(node)
 		}
-		t.Logf("killed the %s leader (%s): first job finished %s later; the wave of %d took %s",
-			kind, name, stall.Round(time.Millisecond), len(batch), time.Since(killed).Round(time.Millisecond))
-		c.Restart(node)
 	}
 
 	for _, w := range workers {
@@ -180,4 +224,5 @@ func TestClusterLeaderFailover(t *testing.T) {
 		}
 		require.Equal(t, string(fleettest.JoinLines(lines)), string(f.Transcript(f.Objects, "default", id)), id)
 	}
+	return stalls
 }

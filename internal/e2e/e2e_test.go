@@ -191,7 +191,7 @@ func TestWorkerKilledMidRunCompletesAsNextAttempt(t *testing.T) {
 }
 
 // waitMsgs waits until subject holds at least n messages in FLEET_QUERIES.
-func waitMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, n uint64) {
+func waitMsgs(t testing.TB, ctx context.Context, js jetstream.JetStream, subject string, n uint64) {
 	t.Helper()
 	st, err := js.Stream(ctx, "FLEET_QUERIES")
 	require.NoError(t, err)

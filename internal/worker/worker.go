@@ -21,8 +21,19 @@
 // first. Each run owns its goroutines (heartbeat, relay) and returns only
 // once they have, so Stop, which waits for every run, waits for them.
 //
-//   - terminal outcome (the agent's result, or a synthetic one): all lines are
-//     flushed to the stream, the terminal status is published, then Ack.
+// Before anything runs, the run claims the query (package fence): its first
+// status is a compare-and-set on the query's last status, bounded by
+// ClaimTimeout (a worker that cannot reach the streams hands the job back
+// rather than hold it). A claim that finds the submission's terminal
+// status acks the job without running it; one that finds a later attempt
+// leaves the message alone.
+//
+//   - terminal outcome (the agent's result, or a synthetic one): every line
+//     of the attempt is stored in the stream (or the job is handed back),
+//     then the terminal status is published through the fence, then Ack,
+//     retried on short contexts until it is confirmed, a later attempt owns
+//     the job, or AckWait has passed (the redelivery then finds the
+//     terminal status and acks the job without running it).
 //   - invalid job: TermWithReason, and a failed/invalid_job status when the id
 //     and tenant are readable. Never retried.
 //   - infrastructure failure (sandbox unavailable, NATS trouble at start):
@@ -30,9 +41,20 @@
 //     continues the query's Fleet-Seq.
 //   - shutdown: running jobs get ShutdownGrace to finish, then are stopped
 //     and Nak'ed at once so another worker continues them.
-//   - fenced: a later attempt of the same query announced itself (status
-//     "retrying" with a higher attempt); this run stops relaying at once and
+//   - fenced: a later attempt of the same query claimed it (or another
+//     writer ended it). The server refuses this run's next line or status;
+//     a status subscription usually tells it sooner. It stops relaying and
 //     leaves the message alone.
+//
+// # NATS faults
+//
+// Every publish has a PubAck timeout (PublishTimeout); the relay never lets
+// nats.go resend a line behind newer ones, and after any failure it waits
+// for its lines in flight, reads the stream back from the leader and sends
+// again, in order, from the first line not stored. Pulls carry an idle
+// heartbeat (PullHeartbeat), so a pull lost with a consumer leader is
+// issued again after two missed heartbeats. The line size limit is read
+// from the connection per run, after the first connect.
 package worker
 
 import (
