@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
@@ -108,4 +110,44 @@ func TestNextWorkerKillsWhatAKilledWorkersRunsLeftBehind(t *testing.T) {
 	fleettest.Eventually(t, wait, func() bool { return sandboxtest.ProcessGone(pid) },
 		"the next worker killed the dead worker's leftover")
 	require.Equal(t, protocol.StateCancelled, f.Follow("default", "orphaned", wait).Final.State)
+}
+
+// A worker that shuts down hands its running job back; what the agent left
+// behind ends with the handed-back run, not with the next attempt.
+func TestHandBackKillsWhatTheAgentLeftBehind(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 2)
+	a := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Grace: 100 * time.Millisecond, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}})
+	fleettest.WaitReady(t, a.W)
+	pidFile := filepath.Join(t.TempDir(), "gc.pid")
+	f.SubmitJSON("default", "handback", "/standin escape="+pidFile+" sleep=1h")
+	require.Equal(t, "handback", <-started)
+	var pid int
+	fleettest.Eventually(t, wait, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err == nil {
+			pid, err = strconv.Atoi(string(b))
+		}
+		return err == nil
+	}, "the agent's escaped grandchild")
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) }) // only matters if the test failed
+	_, err := unix.Getsid(pid)
+	require.NoError(t, err, "the escaped grandchild runs")
+
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, a.W.Stop(ctx), "SIGTERM path: grace, then hand back")
+	fleettest.Eventually(t, wait, func() bool { return sandboxtest.ProcessGone(pid) },
+		"the escaped grandchild is gone after the hand-back")
+	// The job was handed back, not ended: cancel its next attempt so it
+	// does not start another.
+	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "handback"), []byte(`{"op":"cancel"}`)))
+	b := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, b.W)
+	r := f.Follow("default", "handback", wait)
+	require.Equal(t, protocol.StateCancelled, r.Final.State)
+	require.Equal(t, 2, r.Final.Attempt, "handed back, then ended by the next attempt")
 }
