@@ -109,6 +109,23 @@ if [[ $rc -eq 0 ]]; then
   echo "    first lines of the diff (dispatcher diff $wsid):"
   "$BIN/dispatcher" diff "$wsid" | head -n 12 | sed 's/^/      /' || true
 fi
+# A session: two turns in one agent process, then end (SPEC 9).
+if [[ $rc -eq 0 ]]; then
+  sid="session-$id"
+  echo
+  echo "==> a two-turn session: submit --session default/$sid, send a second input, end it, then tail it"
+  echo
+  set +e
+  "$BIN/dispatcher" submit --session --id "$sid" -- "First turn: say hello." >/dev/null &&
+    "$BIN/dispatcher" send "$sid" "Second turn: what did I say first?" &&
+    "$BIN/dispatcher" send "$sid" --end &&
+    "$BIN/dispatcher" tail "$sid"
+  rc=$?
+  set -e
+  echo
+  echo "==> session finished (exit code $rc); it ran two turns in one agent process."
+  echo "    checkpoint (Claude Code's transcript, last input applied): $DATA/queries/default/$sid/session/"
+fi
 if [[ $rc -ne 0 ]]; then
   echo "---- worker log ($logs/worker.log) ----"; tail -n 30 "$logs/worker.log"
   echo "---- dispatcher log ($logs/dispatcher.log) ----"; tail -n 30 "$logs/dispatcher.log"
