@@ -207,7 +207,13 @@ func (c *cgroupContainment) newRun(sandboxID, procID string) (containedRun, erro
 		name = name[:200]
 	}
 	dir := filepath.Join(c.base, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil { // base too: release removes it when empty
+	// Base too: release removes it when its last run ends, which may be
+	// right between MkdirAll's making of base and of dir; then again.
+	err := os.MkdirAll(dir, 0o755)
+	for i := 0; i < 10 && errors.Is(err, os.ErrNotExist); i++ {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sandbox: create cgroup %s: %w: %v", dir, ErrUnavailable, err)
 	}
 	r := &cgroupRun{c: c, dir: dir, fd: -1}
