@@ -179,7 +179,8 @@ func pointer(seq uint64, size int, key string) []byte {
 // wake unblocks every wait on the relay's condition.
 func (r *relay) wake() {
 	r.mu.Lock()
-	r.mu.Unlock() //nolint:staticcheck // an empty critical section orders the broadcast after any waiter's check
+	//lint:ignore SA2001 an empty critical section orders the broadcast after any waiter's check
+	r.mu.Unlock()
 	r.cond.Broadcast()
 }
 
