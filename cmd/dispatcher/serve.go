@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/config"
+	"github.com/agentfleet/agentfleet/internal/dashboard"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
@@ -30,12 +31,14 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		httpAddr, pprofAddr       string
 		maxConc, maxDeliver, reps int
 		workerSlots               int
+		uiToken                   string
 		ackWait, maxAge, ttl      time.Duration
 	)
 	config.AddCommon(fs, &common, "dispatcher")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
 	fs.StringVar(&statusURL, "status-storage", "", "status storage URL; defaults to --storage (env FLEET_STATUS_STORAGE)")
-	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics; 127.0.0.1:0 = off (env FLEET_HTTP)")
+	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics and the dashboard at /; 127.0.0.1:0 = off (env FLEET_HTTP)")
+	fs.StringVar(&uiToken, "ui-token", "", "token the dashboard requires (Authorization: Bearer, or /login); unset: loopback clients only (env FLEET_UI_TOKEN)")
 	fs.IntVar(&maxConc, "max-concurrency", 64, "fleet-wide concurrency: the work consumer's MaxAckPending (env FLEET_MAX_CONCURRENCY)")
 	fs.DurationVar(&ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
 	fs.IntVar(&maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")
@@ -113,7 +116,17 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		return fleetcli.ExitUsage
 	}
 	reg.MustRegister(queue)
-	hs, err := httpserve.Start(httpAddr, svc.Ready, reg, log)
+	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: uiToken, Logger: &log})
+	if err != nil {
+		log.Error().Err(err).Msg("dashboard")
+		return 1
+	}
+	hs, err := httpserve.StartWithUI(httpAddr, func() error {
+		if svc.Ready() {
+			return nil
+		}
+		return errors.New("not ready")
+	}, reg, ui, log)
 	if err != nil {
 		log.Error().Err(err).Msg("--http")
 		return 1

@@ -117,3 +117,4 @@ func (c *Client) Drain(ctx context.Context, id string) (protocol.WorkerInfo, err
 	}
 	return info, err
 }
+

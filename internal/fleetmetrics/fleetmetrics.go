@@ -56,6 +56,9 @@ func New(client *fleetapi.Client, slotsPerWorker int) (*Collector, error) {
 	}, nil
 }
 
+// Client is the fleet client the collector reads through.
+func (c *Collector) Client() *fleetapi.Client { return c.client }
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth

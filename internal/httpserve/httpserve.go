@@ -34,10 +34,19 @@ func Start(addr string, ready func() bool, gatherer prometheus.Gatherer, log zer
 // StartWithReason is Start with a readiness check that says why it is not
 // ready: /readyz answers 503 with that reason.
 func StartWithReason(addr string, notReady func() error, gatherer prometheus.Gatherer, log zerolog.Logger) (*Server, error) {
+	return StartWithUI(addr, notReady, gatherer, nil, log)
+}
+
+// StartWithUI is StartWithReason that also serves ui (the dashboard) at
+// every other path; nil serves nothing more.
+func StartWithUI(addr string, notReady func() error, gatherer prometheus.Gatherer, ui http.Handler, log zerolog.Logger) (*Server, error) {
 	if addr == "" || addr == "127.0.0.1:0" || addr == "off" {
 		return nil, nil
 	}
 	mux := http.NewServeMux()
+	if ui != nil {
+		mux.Handle("/", ui)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

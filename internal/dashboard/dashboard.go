@@ -1,0 +1,365 @@
+// Package dashboard is the fleet's web UI, served by `dispatcher serve
+// --http ADDR` at /: server-rendered pages from Go templates (embedded),
+// and a few hundred lines of plain JavaScript (embedded, no build step)
+// that render a query's transcript live from Server-Sent Events.
+//
+// # Pages
+//
+//   - / : the fleet: workers (state, slots, running jobs), the queue per
+//     tenant (depth, oldest wait), desired workers, and recent failures with
+//     their reasons.
+//   - /queries?tenant=&state= : recent queries with filters.
+//   - /q/<tenant>/<id> : one query: its status timeline and transcript
+//     (text, tool calls and results, cost) growing live, its workspace
+//     changes when it has any, a cancel button, and for sessions an input
+//     box and approve/deny buttons.
+//   - /q/<tenant>/<id>/events : the SSE feed the query page reads: every
+//     line and status event from the query's first message on.
+//
+// # Access
+//
+// With a token (dispatcher serve --ui-token), a request needs it as
+// "Authorization: Bearer <token>" or the cookie /login sets. Without one,
+// only loopback clients are served. State-changing requests are POSTs whose
+// Origin (when sent) must be this host.
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentfleet/agentfleet/internal/fleetapi"
+	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+//go:embed web
+var web embed.FS
+
+// cookieName holds the token after /login.
+const cookieName = "fleet_ui_token"
+
+// Config configures the dashboard.
+type Config struct {
+	// Client talks to the fleet. Required.
+	Client *fleetapi.Client
+	// Queue reads the queue per tenant and the workers. Required.
+	Queue *fleetmetrics.Collector
+	// Token, when set, is required of every request; else only loopback
+	// clients are served.
+	Token string
+	// Logger; nil is Nop.
+	Logger *zerolog.Logger
+}
+
+// Handler serves the dashboard.
+type Handler struct {
+	cfg  Config
+	log  zerolog.Logger
+	tmpl *template.Template
+	mux  *http.ServeMux
+}
+
+// New returns the dashboard's handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Client == nil || cfg.Queue == nil {
+		return nil, errors.New("dashboard: Client and Queue are required")
+	}
+	if cfg.Logger == nil {
+		nop := zerolog.Nop()
+		cfg.Logger = &nop
+	}
+	tmpl, err := template.New("").Funcs(template.FuncMap{
+		"ago":  func(t time.Time) string { return time.Since(t).Truncate(time.Second).String() },
+		"secs": func(d time.Duration) string { return d.Truncate(time.Second).String() },
+		"cost": func(r *protocol.ResultSummary) string {
+			if r == nil {
+				return "-"
+			}
+			return fmt.Sprintf("$%.4f", r.TotalCostUSD)
+		},
+		"path": func(s string) string { return url.PathEscape(s) },
+	}).ParseFS(web, "web/*.html")
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger.With().Str("component", "dashboard").Logger(), tmpl: tmpl, mux: http.NewServeMux()}
+	static, _ := fs.Sub(web, "web")
+	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	h.mux.HandleFunc("GET /login", h.loginPage)
+	h.mux.HandleFunc("POST /login", h.login)
+	h.mux.HandleFunc("GET /{$}", h.fleet)
+	h.mux.HandleFunc("GET /queries", h.queries)
+	h.mux.HandleFunc("GET /q/{tenant}/{id}", h.query)
+	h.mux.HandleFunc("GET /q/{tenant}/{id}/events", h.events)
+	h.mux.HandleFunc("POST /q/{tenant}/{id}/cancel", h.cancel)
+	h.mux.HandleFunc("POST /q/{tenant}/{id}/input", h.sessionOp)
+	h.mux.HandleFunc("POST /q/{tenant}/{id}/approve", h.sessionOp)
+	return h, nil
+}
+
+// ServeHTTP checks access, then serves.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	open := r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
+	if !open && !h.allowed(r) {
+		if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/events") && h.cfg.Token != "" {
+			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			return
+		}
+		http.Error(w, "unauthorized: the dashboard needs its token (--ui-token)", http.StatusUnauthorized)
+		return
+	}
+	if r.Method == http.MethodPost && !sameOrigin(r) {
+		http.Error(w, "cross-origin request refused", http.StatusForbidden)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) allowed(r *http.Request) bool {
+	if h.cfg.Token == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		ip := net.ParseIP(host)
+		return err == nil && ip != nil && ip.IsLoopback()
+	}
+	got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if c, err := r.Cookie(cookieName); err == nil && got == "" {
+		got = c.Value
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) == 1
+}
+
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" || o == "null" {
+		return o == ""
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+func (h *Handler) render(w http.ResponseWriter, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := h.tmpl.ExecuteTemplate(w, name, data); err != nil {
+		h.log.Warn().Err(err).Str("template", name).Msg("rendering")
+	}
+}
+
+func (h *Handler) loginPage(w http.ResponseWriter, _ *http.Request) {
+	h.render(w, "login.html", map[string]any{"Title": "Sign in"})
+}
+
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	tok := r.FormValue("token")
+	if h.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.Token)) != 1 {
+		w.WriteHeader(http.StatusUnauthorized)
+		h.render(w, "login.html", map[string]any{"Title": "Sign in", "Error": "wrong token"})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func reqCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 10*time.Second)
+}
+
+type failure struct {
+	protocol.StatusEvent
+}
+
+func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	data := map[string]any{"Title": "Fleet"}
+	snap, err := h.cfg.Queue.Snapshot(ctx)
+	if err != nil {
+		data["Error"] = "reading the queue: " + err.Error()
+	}
+	data["Snap"] = snap
+	tenants := make([]string, 0, len(snap.Tenants))
+	for t := range snap.Tenants {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	data["Tenants"] = tenants
+	if rep, err := h.cfg.Client.List(ctx, protocol.ListRequest{State: protocol.StateFailed, Limit: 10}); err == nil {
+		data["Failures"] = rep.Queries
+	}
+	// Runs per minute: the queries that ended in the last minute, among
+	// the latest ones.
+	if rep, err := h.cfg.Client.List(ctx, protocol.ListRequest{Limit: 500}); err == nil {
+		n := 0
+		for _, q := range rep.Queries {
+			if q.State.Terminal() && time.Since(q.At) < time.Minute {
+				n++
+			}
+		}
+		data["RunsPerMinute"] = n
+	}
+	h.render(w, "fleet.html", data)
+}
+
+func (h *Handler) queries(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	q := r.URL.Query()
+	req := protocol.ListRequest{Tenant: q.Get("tenant"), State: protocol.State(q.Get("state")), Limit: 100}
+	data := map[string]any{"Title": "Queries", "Tenant": req.Tenant, "State": string(req.State),
+		"States": []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetrying, protocol.StateSucceeded, protocol.StateFailed, protocol.StateCancelled}}
+	rep, err := h.cfg.Client.List(ctx, req)
+	switch {
+	case err != nil:
+		data["Error"] = err.Error()
+	case rep.Error != nil:
+		data["Error"] = rep.Error.Code + ": " + rep.Error.Message
+	default:
+		data["Queries"] = rep.Queries
+	}
+	h.render(w, "queries.html", data)
+}
+
+func (h *Handler) ref(r *http.Request) (protocol.QueryRef, bool) {
+	ref := protocol.QueryRef{Tenant: r.PathValue("tenant"), ID: r.PathValue("id")}
+	return ref, protocol.ValidTenant(ref.Tenant) && protocol.ValidID(ref.ID)
+}
+
+func (h *Handler) query(w http.ResponseWriter, r *http.Request) {
+	ref, ok := h.ref(r)
+	if !ok {
+		http.Error(w, "bad tenant or id", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	data := map[string]any{"Title": ref.Tenant + "/" + ref.ID, "Ref": ref, "Notice": r.URL.Query().Get("notice")}
+	rep, err := h.cfg.Client.Status(ctx, ref)
+	switch {
+	case err != nil:
+		data["Error"] = err.Error()
+	case rep.Error != nil && rep.Error.Code == protocol.CodeNotFound:
+		w.WriteHeader(http.StatusNotFound)
+		data["Error"] = "no query " + ref.Tenant + "/" + ref.ID
+	case rep.Error != nil:
+		data["Error"] = rep.Error.Message
+	default:
+		data["Status"] = rep.Status
+	}
+	h.render(w, "query.html", data)
+}
+
+// events streams a query over SSE: "line" (a stream-json line), "status"
+// (a status event), "artifact" (a workspace manifest), then "end".
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	ref, ok := h.ref(r)
+	if !ok {
+		http.Error(w, "bad tenant or id", http.StatusBadRequest)
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	send := func(event string, data []byte) {
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
+		fl.Flush()
+	}
+	sendJSON := func(event string, v any) {
+		b, err := json.Marshal(v)
+		if err == nil {
+			send(event, b)
+		}
+	}
+	final, err := h.cfg.Client.Follow(r.Context(), ref.Tenant, ref.ID, true, fleetapi.Follower{
+		Line: func(l fleetapi.Line) {
+			if json.Valid(l.Data) {
+				send("line", l.Data)
+			} else {
+				sendJSON("line", map[string]string{"type": "x_text", "text": string(l.Data)})
+			}
+		},
+		Status:   func(ev protocol.StatusEvent) { sendJSON("status", ev) },
+		Artifact: func(a protocol.Artifact) { sendJSON("artifact", a) },
+	})
+	if err != nil {
+		if r.Context().Err() == nil {
+			sendJSON("failure", map[string]string{"error": err.Error()})
+		}
+		return
+	}
+	sendJSON("end", final)
+}
+
+func (h *Handler) back(w http.ResponseWriter, r *http.Request, ref protocol.QueryRef, notice string) {
+	http.Redirect(w, r, "/q/"+url.PathEscape(ref.Tenant)+"/"+url.PathEscape(ref.ID)+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
+	ref, ok := h.ref(r)
+	if !ok {
+		http.Error(w, "bad tenant or id", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	rep, err := h.cfg.Client.Cancel(ctx, ref)
+	switch {
+	case err != nil:
+		h.back(w, r, ref, "cancel failed: "+err.Error())
+	case rep.Error != nil:
+		h.back(w, r, ref, "cancel: "+rep.Error.Message)
+	default:
+		h.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("cancel requested from the dashboard")
+		h.back(w, r, ref, "cancel requested")
+	}
+}
+
+// sessionOp publishes an input or an approval (ctl ops) for a session.
+func (h *Handler) sessionOp(w http.ResponseWriter, r *http.Request) {
+	ref, ok := h.ref(r)
+	if !ok {
+		http.Error(w, "bad tenant or id", http.StatusBadRequest)
+		return
+	}
+	req := protocol.SessionOpRequest{ID: ref.ID, Tenant: ref.Tenant}
+	op := protocol.OpInput
+	if strings.HasSuffix(r.URL.Path, "/approve") {
+		op = protocol.OpApprove
+		allow := r.FormValue("allow") == "true"
+		req.RequestID, req.Allow, req.Message = r.FormValue("request_id"), &allow, r.FormValue("message")
+	} else {
+		req.Text = r.FormValue("text")
+	}
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	rep, err := h.cfg.Client.SessionOp(ctx, op, req)
+	switch {
+	case err != nil:
+		h.back(w, r, ref, op+" failed: "+err.Error())
+	case rep.Error != nil:
+		h.back(w, r, ref, op+": "+rep.Error.Message)
+	default:
+		h.back(w, r, ref, op+" sent")
+	}
+}

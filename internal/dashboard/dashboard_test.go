@@ -1,0 +1,261 @@
+package dashboard
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/discovery"
+	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+func TestMain(m *testing.M) { fleettest.Main(m) }
+
+const wait = 2 * time.Minute
+
+type testBundle struct {
+	f   *fleettest.Fleet
+	w   *fleettest.Worker
+	srv *httptest.Server
+}
+
+func setup(t *testing.T, token string) *testBundle {
+	t.Helper()
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2})
+	fleettest.WaitReady(t, w.W)
+	svc, err := discovery.ServeWorker(w.NC, f.Names, discovery.Worker{ID: w.W.ID(), Info: w.W.Info, Drain: func() {}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = svc.Stop() })
+	q, err := fleetmetrics.New(f.Client, 2)
+	require.NoError(t, err)
+	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Logger: &f.Logger})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &testBundle{f: f, w: w, srv: srv}
+}
+
+func submit(t *testing.T, f *fleettest.Fleet, id, prompt string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	r, err := f.Client.Submit(ctx, protocol.Job{ID: id, Prompt: prompt})
+	require.NoError(t, err)
+	require.Nil(t, r.Error)
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Without the token every page and action is refused; with it (header or
+// the /login cookie) they are served. Without a token only loopback
+// clients are served.
+func TestAccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "s3cret")
+	submit(t, b.f, "acc-1", "/standin sleep=1h")
+	c := &http.Client{CheckRedirect: noRedirect}
+	resp, err := c.Get(b.srv.URL + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/login", resp.Header.Get("Location"))
+	for _, u := range []string{"/q/default/acc-1/events"} {
+		resp, err = c.Get(b.srv.URL + u)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, u)
+	}
+	resp, err = c.Post(b.srv.URL+"/q/default/acc-1/cancel", "application/x-www-form-urlencoded", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/queries", nil)
+	req.Header.Set("Authorization", "Bearer wrong")
+	resp, err = c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err = c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// A cross-site form post is refused even with the cookie.
+	req, _ = http.NewRequest(http.MethodPost, b.srv.URL+"/q/default/acc-1/cancel", nil)
+	req.AddCookie(&http.Cookie{Name: cookieName, Value: "s3cret"})
+	req.Header.Set("Origin", "https://evil.example")
+	resp, err = c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	st, err := b.f.Client.Status(context.Background(), protocol.QueryRef{ID: "acc-1"})
+	require.NoError(t, err)
+	require.False(t, st.Status.State.Terminal(), "nothing cancelled it")
+
+	// No token: loopback only.
+	h := b.srv.Config.Handler.(*Handler)
+	open := *h
+	open.cfg.Token = ""
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/queries", nil)
+	r.RemoteAddr = "10.1.2.3:4567"
+	open.ServeHTTP(rec, r)
+	require.Equal(t, http.StatusUnauthorized, rec.Code)
+	rec = httptest.NewRecorder()
+	r.RemoteAddr = "127.0.0.1:4567"
+	open.ServeHTTP(rec, r)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.NoError(t, b.f.NC.Publish(b.f.Names.QueryCtl("default", "acc-1"), []byte(`{"op":"cancel"}`)))
+}
+
+// browser starts headless Chromium for t. Chromium is required in CI
+// (.ci/run installs it); elsewhere its absence skips the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	var exe string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			exe = p
+			break
+		}
+	}
+	if exe == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed; .ci/run installs it (apt-get install chromium)")
+		}
+		t.Skip("chromium is not installed (apt-get install chromium); the dashboard's browser test needs it")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, tcancel := context.WithTimeout(ctx, 4*time.Minute)
+	t.Cleanup(func() { tcancel(); cancel(); acancel() })
+	require.NoError(t, chromedp.Run(ctx), "starting chromium")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var png []byte
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		defer scancel()
+		if err := chromedp.Run(sctx, chromedp.FullScreenshot(&png, 90)); err == nil {
+			p := filepath.Join(t.TempDir(), "failure.png")
+			if os.WriteFile(p, png, 0o644) == nil {
+				t.Logf("screenshot: %s", p)
+			}
+		}
+	})
+	return ctx
+}
+
+// The dashboard in a real browser: sign in, the fleet page, a running
+// query's transcript growing live without a reload, the query list, and a
+// cancel from the UI that ends the run; no console errors on any page.
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "s3cret")
+	ctx := browser(t)
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	chromedp.ListenTarget(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.APITypeError {
+				problems = append(problems, "console.error")
+			}
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.LevelError {
+				problems = append(problems, "log: "+ev.Entry.Text+" "+ev.Entry.URL)
+			}
+		}
+	})
+	submit(t, b.f, "ui-1", "/standin lines=200 delay=250ms")
+	var workers string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/q/default/ui-1"),
+		chromedp.WaitVisible("#token", chromedp.ByID), // redirected to the login
+		chromedp.SendKeys("#token", "s3cret", chromedp.ByID),
+		chromedp.Click("#signin", chromedp.ByID),
+		chromedp.WaitVisible("#workers", chromedp.ByID),
+		chromedp.Text("#workers", &workers, chromedp.ByID),
+	))
+	require.Contains(t, workers, b.w.W.ID())
+	require.Contains(t, workers, "pulling")
+
+	count := func() int {
+		var n int
+		require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll("#transcript .line").length`, &n)))
+		return n
+	}
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/q/default/ui-1"),
+		chromedp.WaitVisible("#transcript", chromedp.ByID),
+		chromedp.Evaluate(`window.fleetMarker = "same page"`, nil),
+	))
+	fleettest.Eventually(t, wait, func() bool { return count() >= 3 }, "the transcript shows lines")
+	n1 := count()
+	fleettest.Eventually(t, wait, func() bool { return count() > n1+2 }, "the transcript grows")
+	var marker, timeline string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Evaluate(`window.fleetMarker`, &marker),
+		chromedp.Text("#timeline", &timeline, chromedp.ByID),
+	))
+	require.Equal(t, "same page", marker, "it grew without a reload")
+	require.Contains(t, timeline, "running · attempt 1")
+
+	var list string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/queries?state=running"),
+		chromedp.Text("#queries", &list, chromedp.ByID),
+	))
+	require.Contains(t, list, "default/ui-1")
+
+	// Cancel from the UI ends the run.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/q/default/ui-1"),
+		chromedp.WaitVisible("#cancel", chromedp.ByID),
+		chromedp.Click("#cancel", chromedp.ByID),
+		chromedp.WaitVisible("#notice", chromedp.ByID),
+	))
+	fleettest.Eventually(t, wait, func() bool {
+		var s string
+		_ = chromedp.Run(ctx, chromedp.Text("#state", &s, chromedp.ByID))
+		return strings.TrimSpace(s) == "cancelled"
+	}, "the page shows the run cancelled")
+	st, err := b.f.Client.Status(context.Background(), protocol.QueryRef{ID: "ui-1"})
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateCancelled, st.Status.State)
+	var transcript string
+	require.NoError(t, chromedp.Run(ctx, chromedp.Text("#transcript", &transcript, chromedp.ByID)))
+	require.Contains(t, transcript, "✗ cancelled")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, problems, "console errors")
+}
