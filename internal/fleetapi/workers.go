@@ -117,4 +117,3 @@ func (c *Client) Drain(ctx context.Context, id string) (protocol.WorkerInfo, err
 	}
 	return info, err
 }
-
