@@ -62,7 +62,7 @@ func TestCLIHelpAndVersion(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "usage: dispatcher cancel [flags] <id>")
 
-	code, out, _ = run(t, "", "serve", "--help")
+	code, _, _ = run(t, "", "serve", "--help")
 	require.Equal(t, 0, code)
 	code, out, _ = run(t, "", "version")
 	require.Equal(t, 0, code)

@@ -180,10 +180,6 @@ func reqCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), 10*time.Second)
 }
 
-type failure struct {
-	protocol.StatusEvent
-}
-
 func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := reqCtx(r)
 	defer cancel()
