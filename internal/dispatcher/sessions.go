@@ -147,19 +147,9 @@ func resultSeq(ev protocol.StatusEvent) uint64 {
 func (s *Service) handleSessionOp(op string, m micro.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ref, e := decodeRef(m.Data())
+	ref, ctl, e := decodeSessionOp(op, m.Data())
 	if e != nil {
 		reply(m, protocol.APIReply{Error: e})
-		return
-	}
-	var req protocol.SessionOpRequest
-	if err := json.Unmarshal(m.Data(), &req); err != nil {
-		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInvalidJob, err.Error())})
-		return
-	}
-	ctl := protocol.CtlOp{Op: op, SessionOp: req.SessionOp}
-	if err := ctl.Validate(); err != nil {
-		reply(m, protocol.APIReply{Error: apiError(protocol.CodeInvalidJob, err.Error())})
 		return
 	}
 	st, err := s.lookup(ctx, ref)
@@ -179,6 +169,24 @@ func (s *Service) handleSessionOp(op string, m micro.Request) {
 		return
 	}
 	reply(m, protocol.APIReply{OK: true, Status: st})
+}
+
+// decodeSessionOp reads a <prefix>.api.<op> request: the query and the op's
+// fields, validated as a .ctl op.
+func decodeSessionOp(op string, data []byte) (protocol.QueryRef, protocol.CtlOp, *protocol.ErrorInfo) {
+	ref, e := decodeRef(data)
+	if e != nil {
+		return ref, protocol.CtlOp{}, e
+	}
+	var req protocol.SessionOpRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return ref, protocol.CtlOp{}, apiError(protocol.CodeInvalidJob, err.Error())
+	}
+	ctl := protocol.CtlOp{Op: op, SessionOp: req.SessionOp}
+	if err := ctl.Validate(); err != nil {
+		return ref, protocol.CtlOp{}, apiError(protocol.CodeInvalidJob, err.Error())
+	}
+	return ref, ctl, nil
 }
 
 // sessionEvent handles one .ctl op or status event.
