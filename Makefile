@@ -34,6 +34,12 @@ lint: ## gofmt, go vet and staticcheck (pinned, fetched through the module proxy
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+soak: ## chaos run: 1,000 jobs, worker SIGKILLs, a NATS restart past the ack wait, a full journal disk; prints the counts
+	set -o pipefail; SOAK_JOBS=$${SOAK_JOBS:-1000} $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'
+
+soak/short: ## the soak with 40 jobs
+	set -o pipefail; SOAK_JOBS=40 $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 15m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'
+
 bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
 	@log=$$(mktemp); \
 	if $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
