@@ -395,10 +395,29 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 // final.
 func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence.Verdict, err error) {
 	w, job := q.w, q.job
-	cancelled, err = q.cancelOnRecord(ctx)
-	if err != nil {
-		return 0, false, 0, fmt.Errorf("reading the query's control history: %w", err)
+	// The cancel lookup is independent of the claim: ask at once. The
+	// result is always received before claim returns.
+	type ctlResult struct {
+		cancelled bool
+		err       error
 	}
+	ctl := make(chan ctlResult, 1)
+	go func() {
+		c, err := q.cancelOnRecord(ctx)
+		ctl <- ctlResult{c, err}
+	}()
+	ctlDone := false
+	waitCtl := func() error {
+		if !ctlDone {
+			r := <-ctl
+			ctlDone, cancelled = true, r.cancelled
+			if r.err != nil {
+				return fmt.Errorf("reading the query's control history: %w", r.err)
+			}
+		}
+		return nil
+	}
+	defer func() { _ = waitCtl() }()
 	q.fw = fence.NewWriter(fence.Config{
 		JS: w.js, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryStatus(job.Tenant, job.ID),
 		Owner:   fence.Owner{JobSeq: q.jobSeq(), Attempt: q.attempt, Worker: w.cfg.ID},
@@ -409,13 +428,15 @@ func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence
 			}
 		},
 	})
-	running := !cancelled && job.Workspace == nil // a workspace job's "running" follows its checkout
 	switch {
 	case q.attempt > 1:
 		// Announces the new attempt before anything else.
 		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRetrying}))
-		if err == nil && v == fence.Proceed && running {
-			v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+		if err == nil && v == fence.Proceed {
+			if err = waitCtl(); err == nil && !cancelled && job.Workspace == nil {
+				// A workspace job's "running" follows its checkout.
+				v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+			}
 		}
 	case job.Workspace == nil:
 		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
@@ -434,6 +455,9 @@ func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence
 		return 0, false, 0, fmt.Errorf("reading the query's last line: %w", err)
 	default:
 		base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+	}
+	if err := waitCtl(); err != nil {
+		return 0, false, 0, err
 	}
 	return base, cancelled, fence.Proceed, nil
 }
