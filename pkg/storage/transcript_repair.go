@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -20,8 +21,8 @@ type StreamLine struct {
 // RepairTranscript makes the query's stored transcript hold every line of
 // lines (the query's lines as the stream holds them, in any order): lines
 // no chunk holds, or that only a lower attempt's chunk holds, are written
-// as chunks of their own (one per run of consecutive seqs of one attempt,
-// under ChunkKey, like the journal's), then the transcript is assembled.
+// as chunks of their own (one line each, under ChunkKey, created only where
+// no object is yet), then the transcript is assembled.
 // It reports how many lines it added; with none missing it writes nothing,
 // and a transcript that already equals the lines is left alone.
 //
@@ -62,28 +63,29 @@ func RepairTranscript(ctx context.Context, s Store, tenant, id string, lines []S
 	if err != nil {
 		return 0, fmt.Errorf("storage: repair transcript %s/%s: %w", tenant, id, err)
 	}
+	// One chunk per missing line, written only if its key is free: a
+	// worker's journal may put a chunk that starts at the same seq with the
+	// same attempt later (it then holds the same line and more), and a
+	// longer chunk must never be replaced by a shorter one.
 	added := 0
-	for i := 0; i < len(want); {
-		if a, ok := held[want[i].Seq]; ok && a >= want[i].Attempt {
-			i++
+	for _, l := range want {
+		if a, ok := held[l.Seq]; ok && a >= l.Attempt {
 			continue
 		}
-		j := i
-		var chunk bytes.Buffer
-		for j < len(want) && (j == i || want[j].Seq == want[j-1].Seq+1 && want[j].Attempt == want[i].Attempt) {
-			if a, ok := held[want[j].Seq]; ok && a >= want[j].Attempt {
-				break
+		key := ChunkKey(tenant, id, l.Seq, l.Attempt)
+		value := append(append([]byte(nil), l.Data...), '\n')
+		var err error
+		if c, ok := s.(Creator); ok {
+			if err = c.Create(ctx, key, value); errors.Is(err, ErrExists) {
+				continue
 			}
-			chunk.Write(want[j].Data)
-			chunk.WriteByte('\n')
-			j++
+		} else {
+			err = s.Put(ctx, key, value)
 		}
-		key := ChunkKey(tenant, id, want[i].Seq, want[i].Attempt)
-		if err := s.Put(ctx, key, chunk.Bytes()); err != nil {
+		if err != nil {
 			return added, fmt.Errorf("storage: repair transcript %s/%s: %w", tenant, id, err)
 		}
-		added += j - i
-		i = j
+		added++
 	}
 	if err := AssembleTranscript(ctx, s, tenant, id); err != nil {
 		return added, err
