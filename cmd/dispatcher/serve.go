@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/dashboard"
@@ -33,6 +34,8 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		workerSlots               int
 		uiToken                   string
 		ackWait, maxAge, ttl      time.Duration
+		tenantDefaults            admission.Settings
+		leaseTTL, rlPause         time.Duration
 	)
 	config.AddCommon(fs, &common, "dispatcher")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -47,6 +50,10 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	pprofserve.AddFlag(fs, &pprofAddr)
 	fs.IntVar(&reps, "replicas", 1, "stream replicas (3 on a cluster) (env FLEET_REPLICAS)")
 	fs.IntVar(&workerSlots, "worker-slots", 4, "slots of one worker, for the fleet_desired_workers metric (env FLEET_WORKER_SLOTS)")
+	fs.IntVar(&tenantDefaults.MaxRunning, "tenant-max-running", 0, "runs at once of a tenant without settings; 0 = only the fleet's cap (env FLEET_TENANT_MAX_RUNNING)")
+	fs.Float64Var(&tenantDefaults.Weight, "tenant-weight", 1, "fair-share weight of a tenant without settings (env FLEET_TENANT_WEIGHT)")
+	fs.DurationVar(&leaseTTL, "admitter-lease", 5*time.Second, "the admitter's leadership lease; a standby dispatcher takes over about this long after the admitting one dies (env FLEET_ADMITTER_LEASE)")
+	fs.DurationVar(&rlPause, "rate-limit-pause", time.Minute, "how long a tenant pauses after an API 429 with no reset time (env FLEET_RATE_LIMIT_PAUSE)")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -78,6 +85,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	svc, err := dispatcher.New(dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &log, SessionTTL: ttl,
 		Provision: provision.Config{Names: names, MaxConcurrency: maxConc, AckWait: ackWait, MaxDeliver: maxDeliver, QueriesMaxAge: maxAge, Replicas: reps},
+		Admission: admission.Config{Policy: admission.Policy{Defaults: tenantDefaults}, LeaseTTL: leaseTTL, RateLimitPause: rlPause},
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("dispatcher")

@@ -78,7 +78,12 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 		return fmt.Errorf("copying job %d to the dead letters: %w", adv.StreamSeq, err)
 	}
 	if protocol.ValidID(id) && protocol.ValidTenant(tenant) {
-		if err := s.endQuery(ctx, tenant, id, attempt, adv.StreamSeq); err != nil {
+		// An admitted job names its submission's sequence.
+		jobSeq := adv.StreamSeq
+		if v, err := strconv.ParseUint(raw.Header.Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
+			jobSeq = v
+		}
+		if err := s.endQuery(ctx, tenant, id, attempt, jobSeq); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -43,6 +44,9 @@ type Config struct {
 	SessionSweep time.Duration
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
+	// Admission configures the admitter; the service fills in its
+	// connection, names, logger and fleet cap (Provision.MaxConcurrency).
+	Admission admission.Config
 }
 
 // Service is the dispatcher service.
@@ -66,6 +70,9 @@ type Service struct {
 	sweepStop func()
 
 	indexDone chan struct{} // closed when the index loop has returned
+
+	admCfg   admission.Config
+	admitter *admission.Admitter // one per successful start
 }
 
 // New returns a Service.
@@ -81,10 +88,30 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	ac := cfg.Admission
+	ac.JS, ac.NC, ac.Names, ac.Logger = js, cfg.NC, cfg.Provision.Names, cfg.Logger
+	ac.Policy.FleetCap = cfg.Provision.WithDefaults().MaxConcurrency
+	if _, err := admission.New(ac); err != nil { // validates
+		return nil, err
+	}
 	return &Service{
 		cfg: cfg, names: cfg.Provision.Names, js: js,
-		log: cfg.Logger.With().Str("component", "dispatcher").Logger(),
+		log:    cfg.Logger.With().Str("component", "dispatcher").Logger(),
+		admCfg: ac,
 	}, nil
+}
+
+// Admitter is the running admitter (nil before Start or after Stop).
+func (s *Service) Admitter() *admission.Admitter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admitter
+}
+
+// Admitting reports whether this dispatcher is the one admitting jobs.
+func (s *Service) Admitting() bool {
+	a := s.Admitter()
+	return a != nil && a.Leading()
 }
 
 // Ready reports whether the service has provisioned and serves.
@@ -174,7 +201,17 @@ func (s *Service) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.consumes = append(s.consumes, cc)
 	s.mu.Unlock()
-	return s.startSessions(ctx)
+	if err := s.startSessions(ctx); err != nil {
+		return err
+	}
+	adm, err := admission.New(s.admCfg)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.admitter = adm
+	s.mu.Unlock()
+	return adm.Start(ctx)
 }
 
 // Stop stops serving; in-flight handlers and the index batch being written
@@ -196,9 +233,15 @@ func (s *Service) Stop(ctx context.Context) error {
 // index loop; it leaves the service with none.
 func (s *Service) halt(ctx context.Context) error {
 	s.mu.Lock()
-	subs, consumes, indexDone, api, sweepStop := s.subs, s.consumes, s.indexDone, s.api, s.sweepStop
-	s.subs, s.consumes, s.indexDone, s.ready, s.api, s.sweepStop = nil, nil, nil, false, nil, nil
+	subs, consumes, indexDone, api, sweepStop, adm := s.subs, s.consumes, s.indexDone, s.api, s.sweepStop, s.admitter
+	s.subs, s.consumes, s.indexDone, s.ready, s.api, s.sweepStop, s.admitter = nil, nil, nil, false, nil, nil, nil
 	s.mu.Unlock()
+	// The admitter first: it hands its lease over at once.
+	if adm != nil {
+		if err := adm.Stop(ctx); err != nil {
+			return err
+		}
+	}
 	if sweepStop != nil {
 		sweepStop()
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,11 +94,24 @@ func TestStatusIndexSurvivesDispatcherRestart(t *testing.T) {
 		ev, err := storage.GetStatus(ctx, f.Objects, "default", "idx-1")
 		return err == nil && ev.State == protocol.StateSucceeded
 	}, "status indexed in storage")
+	// idx-2 is admitted and running when the dispatcher stops; it ends
+	// while the dispatcher is down (a running job needs no dispatcher; a
+	// queued one waits for an admitter).
+	sub, err := f.NC.SubscribeSync(f.Names.QueryStatus("default", "idx-2"))
+	require.NoError(t, err)
+	require.NoError(t, f.NC.Flush())
+	f.SubmitJSON("default", "idx-2", "/standin sleep=3s while the dispatcher is down")
+	for {
+		m, err := sub.NextMsg(wait)
+		require.NoError(t, err)
+		if strings.Contains(string(m.Data), `"state":"running"`) {
+			break
+		}
+	}
 	require.NoError(t, f.Disp.Stop(ctx))
 
 	// A new dispatcher on the same storage answers from the index, and the
 	// index is complete even for events published while it was down.
-	f.SubmitJSON("default", "idx-2", "while the dispatcher is down")
 	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "idx-2", wait).Final.State)
 	d2, err := dispatcher.New(dispatcher.Config{NC: f.NC, Status: f.Objects, Objects: f.Objects, Provision: provision.Config{Names: f.Names}})
 	require.NoError(t, err)

@@ -52,6 +52,7 @@ var commands = []func() Command{
 	func() Command { return &workersCmd{} },
 	func() Command { return &drainCmd{} },
 	func() Command { return &versionCmd{} },
+	func() Command { return &tenantCmd{} },
 }
 
 // Command is one client command.

@@ -37,7 +37,9 @@ func (c *lsCmd) Help() Help {
 		Name: "ls", Args: "",
 		Summary: "list recent queries of a tenant (or of all tenants with -A)",
 		Description: `Lists the newest queries first with their state, attempt, worker, run
-duration, cost and error code. --json prints the status events as a JSON
+duration, cost and error code; WAITING says why a queued query waits
+(fleet_cap, tenant_cap, budget, rate_limited) and its place in its
+tenant's queue (#1 = next). --json prints the status events as a JSON
 array instead.
 
 --dlq lists the dead-letter stream instead, newest first: jobs a worker
@@ -115,7 +117,7 @@ func (c *lsCmd) Run(ctx context.Context, e *Env) int {
 		return ExitOK
 	}
 	tw := tabwriter.NewWriter(e.Out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tID\tSTATE\tATTEMPT\tWORKER\tDURATION\tCOST\tAT\tERROR")
+	fmt.Fprintln(tw, "TENANT\tID\tSTATE\tATTEMPT\tWORKER\tDURATION\tCOST\tAT\tERROR\tWAITING")
 	for _, q := range r.Queries {
 		errCode, dur, cost := "", "-", "-"
 		if q.Error != nil {
@@ -125,8 +127,8 @@ func (c *lsCmd) Run(ctx context.Context, e *Env) int {
 			dur = duration(q.Result.DurationMS)
 			cost = fmt.Sprintf("$%.4f", q.Result.TotalCostUSD)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", q.Tenant, q.ID, q.State, q.Attempt, cmpStr(q.Worker, "-"),
-			dur, cost, q.At.Local().Format(time.DateTime), errCode)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Tenant, q.ID, q.State, q.Attempt, cmpStr(q.Worker, "-"),
+			dur, cost, q.At.Local().Format(time.DateTime), errCode, waiting(q))
 	}
 	_ = tw.Flush()
 	return ExitOK
@@ -159,4 +161,16 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// waiting says why a queued query waits and where it is in its tenant's
+// queue ("tenant_cap #3"), or "" when not known.
+func waiting(q protocol.StatusEvent) string {
+	if q.State != protocol.StateQueued || q.Reason == "" {
+		return ""
+	}
+	if q.Position > 0 {
+		return q.Reason + " #" + strconv.Itoa(q.Position)
+	}
+	return q.Reason
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
@@ -48,6 +49,9 @@ func Main(m *testing.M) {
 	}
 	if len(os.Args) > 1 && os.Args[1] == WorkerFlag {
 		os.Exit(workerProcess(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == DispatcherFlag {
+		os.Exit(dispatcherProcess(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -90,6 +94,8 @@ type Opts struct {
 	// SessionTTL and SessionSweep configure the dispatcher's expiry of
 	// parked sessions.
 	SessionTTL, SessionSweep time.Duration
+	// Admission configures the dispatcher's admitter (defaults, clock).
+	Admission admission.Config
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -137,6 +143,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	f.Disp, err = dispatcher.New(dispatcher.Config{
 		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		Admission: o.Admission,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -5,12 +5,13 @@
 //
 // Streams (names from protocol.Names, default prefix "fleet"):
 //
-//	FLEET_JOBS        fleet.jobs.>          work queue, file storage, dedupe by Nats-Msg-Id
+//	FLEET_JOBS        fleet.jobs.>          work queue, file storage, dedupe by Nats-Msg-Id: submitted jobs
+//	                  fleet.work.>          the jobs the admitter admitted (internal/admission)
 //	FLEET_QUERIES     fleet.query.>         limits, max age (default 7 days): replay of msg/status/ctl
 //	FLEET_DLQ         fleet.dlq.>           limits, dead-lettered jobs
 //	FLEET_ADVISORIES  max-delivery advisories of the work consumer, kept while the dispatcher is down
 //
-// Consumer "workers" on FLEET_JOBS: durable pull, explicit ack, AckWait
+// Consumer "workers" on FLEET_JOBS, filtered to fleet.work.>: durable pull, explicit ack, AckWait
 // (default 30s), MaxDeliver (default 5), MaxAckPending = the fleet-wide
 // concurrency, no InactiveThreshold.
 package provision
@@ -55,7 +56,8 @@ type Config struct {
 	Storage jetstream.StorageType
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults fills in the defaults of unset fields.
+func (c Config) WithDefaults() Config {
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, 64)
 	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
@@ -83,7 +85,7 @@ func (c Config) validate() error {
 
 // Streams creates or updates the fleet's streams and the work consumer.
 func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -92,7 +94,7 @@ func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{
 			Name:        n.JobsStream(),
 			Description: "agentfleet query jobs (work queue)",
-			Subjects:    []string{n.JobsWildcard()},
+			Subjects:    []string{n.JobsWildcard(), n.WorkWildcard()},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,
@@ -138,8 +140,11 @@ func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		}
 	}
 	_, err := js.CreateOrUpdateConsumer(ctx, n.JobsStream(), jetstream.ConsumerConfig{
-		Durable:       n.Consumer(),
-		Description:   "agentfleet workers: one message per free slot",
+		Durable:     n.Consumer(),
+		Description: "agentfleet workers: one admitted job per free slot",
+		// Only admitted jobs: the dispatcher's admitter moves them here
+		// from <prefix>.jobs.<tenant> (internal/admission).
+		FilterSubject: n.WorkWildcard(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       cfg.AckWait,

@@ -52,6 +52,9 @@
 //	commit=MSG   git add -A and commit as "stand-in <standin@agentfleet.invalid>" (MSG: '_' for ' ')
 //	cat=PATH     one assistant line with PATH's content
 //	dumpenv=1    one assistant line with the whole environment
+//	cost=X       the result's total_cost_usd (default 0)
+//	ratelimit=T  first a rate_limit_event with status "rejected" and
+//	             resetsAt T (Unix seconds)
 package standin
 
 import (
@@ -134,6 +137,8 @@ type directives struct {
 	files                                   []fileOp
 	prefix                                  []string // see selfArgs
 	say                                     []string
+	cost                                    float64
+	rateLimitReset                          int64
 }
 
 // fileOp is one file directive.
@@ -184,6 +189,10 @@ func parseDirectives(prompt string) (directives, error) {
 			d.files = append(d.files, fileOp{op: k, arg: v})
 		case "escape":
 			d.escape = v
+		case "cost":
+			d.cost, err = strconv.ParseFloat(v, 64)
+		case "ratelimit":
+			d.rateLimitReset, err = strconv.ParseInt(v, 10, 64)
 		default:
 			// Unknown words are part of the prompt text; ignore them.
 		}
@@ -256,6 +265,13 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 			{"parent_tool_use_id", nil}, {"session_id", session}, {"uuid", uuid()},
 		})
 	}
+	if d.rateLimitReset > 0 {
+		emit(ordered{
+			{"type", "rate_limit_event"},
+			{"rate_limit_info", ordered{{"status", "rejected"}, {"resetsAt", d.rateLimitReset}, {"rateLimitType", "five_hour"}}},
+			{"uuid", uuid()}, {"session_id", session},
+		})
+	}
 	emitText(0, text)
 	flush()
 	for i, f := range d.files {
@@ -326,7 +342,7 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 		emit(ordered{
 			{"type", "result"}, {"subtype", "success"}, {"is_error", d.isError},
 			{"duration_ms", time.Since(start).Milliseconds()}, {"duration_api_ms", 0}, {"num_turns", 1},
-			{"result", text}, {"stop_reason", "end_turn"}, {"session_id", session}, {"total_cost_usd", 0},
+			{"result", text}, {"stop_reason", "end_turn"}, {"session_id", session}, {"total_cost_usd", d.cost},
 			{"usage", ordered{{"input_tokens", 0}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}}},
 			{"modelUsage", ordered{}}, {"permission_denials", []any{}}, {"uuid", uuid()},
 		})

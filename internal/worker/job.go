@@ -137,9 +137,7 @@ func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, att
 		ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
 		Error: &protocol.ErrorInfo{Code: protocol.CodeInvalidJob, Message: reason},
 	}
-	if md, err := msg.Metadata(); err == nil {
-		ev.JobSeq = md.Sequence.Stream
-	}
+	ev.JobSeq = jobSeqOf(msg)
 	if job != nil {
 		ev.Metadata = job.Metadata
 	}
@@ -510,8 +508,15 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 }
 
 // jobSeq is the job's sequence in the work-queue stream.
-func (q *query) jobSeq() uint64 {
-	md, err := q.msg.Metadata()
+func (q *query) jobSeq() uint64 { return jobSeqOf(q.msg) }
+
+// jobSeqOf is the sequence of the job's submission: the admitter's
+// Fleet-Job-Seq header on an admitted job, else the message's own.
+func jobSeqOf(msg jetstream.Msg) uint64 {
+	if v, err := strconv.ParseUint(msg.Headers().Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	md, err := msg.Metadata()
 	if err != nil {
 		return 0
 	}

@@ -97,6 +97,11 @@ type StatusEvent struct {
 	Workspace *WorkspaceStatus `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
 	// Session fields (SPEC 9); see session.go.
 	SessionStatus
+	// Reason says why a queued job waits (ReasonFleetCap, ReasonTenantCap,
+	// ReasonBudget, ReasonRateLimited); Position is its place in its
+	// tenant's queue (1 = next), 0 when not known.
+	Reason   string `json:"reason,omitempty" msgpack:"reason,omitempty"`
+	Position int    `json:"position,omitempty" msgpack:"position,omitempty"`
 }
 
 // SchemaVersion is the V of every envelope this code writes.

@@ -118,8 +118,14 @@ func (n Names) StatusBucket() string { return n.upper() + "_STATUS" }
 func (n Names) ObjectBucket() string { return n.upper() + "_TRANSCRIPTS" }
 
 // ParseJobSubject returns the tenant of a job subject <prefix>.jobs.<tenant>.
+//
+// An admitted job's subject <prefix>.work.<tenant> is read the same way, so
+// a worker handles both.
 func (n Names) ParseJobSubject(subject string) (tenant string, err error) {
 	rest, ok := strings.CutPrefix(subject, n.p()+".jobs.")
+	if !ok {
+		rest, ok = strings.CutPrefix(subject, n.p()+".work.")
+	}
 	if !ok || rest == "" || strings.Contains(rest, ".") {
 		return "", fmt.Errorf("%w: subject %q is not %s.jobs.<tenant>", ErrInvalidJob, subject, n.p())
 	}

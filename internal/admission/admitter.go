@@ -1,0 +1,735 @@
+package admission
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// SpendConsumer is the durable consumer (on FLEET_QUERIES, status events)
+// that adds results' total_cost_usd to the tenants' spend; all dispatchers
+// share it.
+const SpendConsumer = "dispatcher-spend"
+
+const leaderKey = "leader"
+
+// Config configures an Admitter.
+type Config struct {
+	// JS is the JetStream context; NC its connection. Required.
+	JS jetstream.JetStream
+	NC *nats.Conn
+	// Names are the fleet's names.
+	Names protocol.Names
+	// Policy holds the defaults and the fleet cap (FleetCap is required).
+	Policy Policy
+	// ID names this admitter in the leadership lease. Defaults to a fresh id.
+	ID string
+	// LeaseTTL is how long leadership outlives its holder's last renewal;
+	// another dispatcher takes over within about LeaseTTL plus a retry
+	// interval of LeaseTTL/5 after the leader dies. Defaults to 5s.
+	LeaseTTL time.Duration
+	// RateLimitPause is how long a tenant is paused after an API 429 or a
+	// rejected rate limit without a reset time. Defaults to 60s.
+	RateLimitPause time.Duration
+	// Announce is how many of a waiting tenant's first jobs get a queued
+	// status saying why they wait and where they are. Defaults to 5.
+	Announce int
+	// Now is the clock of budget windows and rate-limit pauses (tests
+	// inject one). Defaults to time.Now.
+	Now func() time.Time
+	// Logger; nil is Nop.
+	Logger *zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.ID = cmp.Or(c.ID, nuid.Next())
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 5*time.Second)
+	c.RateLimitPause = cmp.Or(c.RateLimitPause, time.Minute)
+	c.Announce = cmp.Or(c.Announce, 5)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.JS == nil || c.NC == nil:
+		return errors.New("admission: JS and NC are required")
+	case c.Policy.FleetCap < 1:
+		return errors.New("admission: Policy.FleetCap must be at least 1")
+	case c.LeaseTTL < time.Second:
+		return errors.New("admission: LeaseTTL must be at least 1s")
+	}
+	return c.Policy.Defaults.Validate()
+}
+
+// Admitter is the admission service of one dispatcher. Every admitter
+// keeps the tenants' settings, spend and pauses (KV watchers) and records
+// spend from results; only the one holding the leadership lease admits.
+type Admitter struct {
+	cfg   Config
+	names protocol.Names
+	log   zerolog.Logger
+
+	stream  jetstream.Stream
+	tenants jetstream.KeyValue
+	state   jetstream.KeyValue
+	lease   jetstream.KeyValue
+
+	mu       sync.Mutex
+	settings map[string]Settings
+	spend    map[string]map[int64]float64
+	pauses   map[string]time.Time
+
+	wake       chan struct{}
+	leading    atomic.Bool
+	validUntil atomic.Int64 // unix ns: admit only before this (lease safety margin)
+
+	// Leader-only state, used by the lead goroutine alone.
+	sched     *drr
+	cursor    map[string]uint64
+	heads     map[string][]head
+	announced map[uint64]string
+
+	startMu  sync.Mutex
+	started  bool
+	stopping bool
+	cancel   context.CancelCauseFunc
+	wg       sync.WaitGroup
+	stopped  chan struct{}
+	spendCC  jetstream.ConsumeContext
+	watchers []jetstream.KeyWatcher
+	pauseQ   chan pauseReq
+}
+
+type head struct {
+	seq uint64
+	id  string
+}
+
+type pauseReq struct {
+	tenant string
+	until  time.Time
+}
+
+var errStopping = errors.New("admission: stopping")
+
+// New returns an Admitter; Start starts it.
+func New(cfg Config) (*Admitter, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Admitter{
+		cfg: cfg, names: cfg.Names,
+		log:      cfg.Logger.With().Str("component", "admission").Str("admitter", cfg.ID).Logger(),
+		settings: map[string]Settings{}, spend: map[string]map[int64]float64{}, pauses: map[string]time.Time{},
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}), pauseQ: make(chan pauseReq, 256),
+	}, nil
+}
+
+// SettingsOf returns the settings this admitter knows for tenant (from its
+// watch of FLEET_TENANTS), and whether it has any.
+func (a *Admitter) SettingsOf(tenant string) (Settings, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.settings[tenant]
+	return s, ok
+}
+
+// Leading reports whether this admitter holds the leadership lease.
+func (a *Admitter) Leading() bool { return a.leading.Load() }
+
+// Stopped is closed once Stop has finished.
+func (a *Admitter) Stopped() <-chan struct{} { return a.stopped }
+
+// Start opens the buckets, loads settings, spend and pauses, starts the
+// spend recorder and the campaign for leadership, and returns.
+func (a *Admitter) Start(ctx context.Context) error {
+	a.startMu.Lock()
+	defer a.startMu.Unlock()
+	if a.started || a.stopping {
+		return nil
+	}
+	n := a.names
+	var err error
+	if a.stream, err = a.cfg.JS.Stream(ctx, n.JobsStream()); err != nil {
+		return fmt.Errorf("admission: stream %s: %w", n.JobsStream(), err)
+	}
+	t, err := OpenTenants(ctx, a.cfg.JS, n, true)
+	if err != nil {
+		return err
+	}
+	a.tenants = t.kv
+	if a.state, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: n.AdmissionBucket(), Description: "agentfleet admission: spend per tenant and window, rate-limit pauses",
+	}); err != nil {
+		return fmt.Errorf("admission: bucket %s: %w", n.AdmissionBucket(), err)
+	}
+	if a.lease, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: n.AdmitterBucket(), Description: "agentfleet admitter leadership lease", TTL: a.cfg.LeaseTTL,
+	}); err != nil {
+		return fmt.Errorf("admission: bucket %s: %w", n.AdmitterBucket(), err)
+	}
+	life, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	for _, kv := range []jetstream.KeyValue{a.tenants, a.state} {
+		w, err := kv.WatchAll(life)
+		if err != nil {
+			cancel(err)
+			return fmt.Errorf("admission: watching %s: %w", kv.Bucket(), err)
+		}
+		a.watchers = append(a.watchers, w)
+		// The initial values end with a nil entry; wait for it so the
+		// first decision sees every setting.
+		if err := a.applyInitial(ctx, kv.Bucket(), w); err != nil {
+			cancel(err)
+			return err
+		}
+		a.wg.Add(1)
+		go a.watch(kv.Bucket(), w)
+	}
+	spend, err := a.cfg.JS.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
+		Durable:       SpendConsumer,
+		Description:   "agentfleet admission: results' cost per tenant",
+		FilterSubject: n.StatusWildcard(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckWait:       30 * time.Second,
+	})
+	if err != nil {
+		cancel(err)
+		return fmt.Errorf("admission: spend consumer: %w", err)
+	}
+	if a.spendCC, err = spend.Consume(a.recordSpend, jetstream.PullMaxMessages(64)); err != nil {
+		cancel(err)
+		return fmt.Errorf("admission: spend consumer: %w", err)
+	}
+	a.wg.Add(2)
+	go a.campaign(life)
+	go a.pauser(life)
+	a.started = true
+	return nil
+}
+
+// Stop ends admitting (handing the lease back at once, so another
+// dispatcher takes over without waiting for it to expire) and waits for
+// every goroutine, limited by ctx. Shutdown order: the spend consumer and
+// the watchers (senders) first, then the campaign and pauser goroutines.
+func (a *Admitter) Stop(ctx context.Context) error {
+	a.startMu.Lock()
+	if a.stopping {
+		a.startMu.Unlock()
+		select {
+		case <-a.stopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	a.stopping = true
+	started := a.started
+	a.startMu.Unlock()
+	if !started {
+		close(a.stopped)
+		return nil
+	}
+	a.spendCC.Drain()
+	for _, w := range a.watchers {
+		_ = w.Stop()
+	}
+	a.cancel(errStopping)
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-a.spendCC.Closed():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	close(a.stopped)
+	return nil
+}
+
+func (a *Admitter) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Admitter) applyInitial(ctx context.Context, bucket string, w jetstream.KeyWatcher) error {
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("admission: watcher of %s closed", bucket)
+			}
+			if e == nil {
+				return nil
+			}
+			a.apply(bucket, e)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *Admitter) watch(bucket string, w jetstream.KeyWatcher) {
+	defer a.wg.Done()
+	for e := range w.Updates() {
+		if e != nil {
+			a.apply(bucket, e)
+			a.poke()
+		}
+	}
+}
+
+func (a *Admitter) apply(bucket string, e jetstream.KeyValueEntry) {
+	del := e.Operation() != jetstream.KeyValuePut
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if bucket == a.names.TenantsBucket() {
+		if del {
+			delete(a.settings, e.Key())
+			return
+		}
+		s, err := decodeSettings(e.Value())
+		if err != nil {
+			a.log.Warn().Err(err).Str("tenant", e.Key()).Msg("ignoring unreadable tenant settings")
+			return
+		}
+		a.settings[e.Key()] = s
+		return
+	}
+	kind, tenant, window, ok := parseStateKey(e.Key())
+	switch {
+	case !ok:
+	case kind == "spend":
+		if del {
+			delete(a.spend[tenant], window)
+			return
+		}
+		v, err := strconv.ParseFloat(string(e.Value()), 64)
+		if err != nil {
+			return
+		}
+		if a.spend[tenant] == nil {
+			a.spend[tenant] = map[int64]float64{}
+		}
+		a.spend[tenant][window] = v
+	case kind == "pause":
+		if del {
+			delete(a.pauses, tenant)
+			return
+		}
+		if until, err := time.Parse(time.RFC3339Nano, string(e.Value())); err == nil {
+			a.pauses[tenant] = until
+		}
+	}
+}
+
+// tenantState is what the policy needs of tenant t now.
+func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.settings[t]
+	eff := a.cfg.Policy.Effective(s)
+	var spent float64
+	if eff.BudgetUSD > 0 {
+		spent = a.spend[t][WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()]
+	}
+	return Tenant{Name: t, Settings: s, Running: running, Spent: spent, PausedUntil: a.pauses[t]}
+}
+
+// recordSpend adds a terminal result's total_cost_usd to its tenant's
+// spend in the current window.
+func (a *Admitter) recordSpend(m jetstream.Msg) {
+	var ev protocol.StatusEvent
+	if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidTenant(ev.Tenant) {
+		_ = m.Term()
+		return
+	}
+	if !ev.State.Terminal() || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) {
+		_ = m.Ack()
+		return
+	}
+	now := a.cfg.Now()
+	a.mu.Lock()
+	eff := a.cfg.Policy.Effective(a.settings[ev.Tenant])
+	a.mu.Unlock()
+	window := time.Duration(cmp.Or(eff.BudgetWindow, Duration(24*time.Hour)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := addSpend(ctx, a.state, ev.Tenant, WindowStart(now, window), ev.Result.TotalCostUSD); err != nil {
+		a.log.Warn().Err(err).Str("tenant", ev.Tenant).Msg("recording spend failed; will retry")
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+// pauser stores rate-limit pauses found in relayed lines, off the
+// subscription's goroutine.
+func (a *Admitter) pauser(ctx context.Context) {
+	defer a.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-a.pauseQ:
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := extendPause(pctx, a.state, p.tenant, p.until); err != nil {
+				a.log.Warn().Err(err).Str("tenant", p.tenant).Msg("storing a rate-limit pause failed")
+			} else {
+				a.log.Info().Str("tenant", p.tenant).Time("until", p.until).Msg("tenant paused: rate limited")
+			}
+			cancel()
+		}
+	}
+}
+
+// onLine looks at one relayed agent line for a rejected rate limit.
+func (a *Admitter) onLine(m *nats.Msg) {
+	if !bytes.Contains(m.Data, []byte("rate_limit")) && !bytes.Contains(m.Data, []byte("429")) {
+		return
+	}
+	tenant, _, _, ok := a.names.ParseQuerySubject(m.Subject)
+	if !ok {
+		return
+	}
+	until, hit := RateLimitUntil(m.Data, a.cfg.Now(), a.cfg.RateLimitPause)
+	if !hit {
+		return
+	}
+	select {
+	case a.pauseQ <- pauseReq{tenant: tenant, until: until}:
+	default:
+		a.log.Warn().Str("tenant", tenant).Msg("rate-limit pause queue full; dropping one")
+	}
+}
+
+// RateLimitUntil reads one agent stdout line and reports whether it says
+// the tenant's credential is rate limited, and until when: a
+// rate_limit_event whose rate_limit_info.status is "rejected" (until its
+// resetsAt, Unix seconds, or now+pause without one), a result with
+// api_error_status 429, or an assistant error "rate_limit" (now+pause).
+func RateLimitUntil(line []byte, now time.Time, pause time.Duration) (time.Time, bool) {
+	var v struct {
+		Type          string `json:"type"`
+		RateLimitInfo *struct {
+			Status   string  `json:"status"`
+			ResetsAt float64 `json:"resetsAt"`
+		} `json:"rate_limit_info"`
+		APIErrorStatus any    `json:"api_error_status"`
+		Error          string `json:"error"`
+	}
+	if json.Unmarshal(line, &v) != nil {
+		return time.Time{}, false
+	}
+	switch {
+	case v.Type == protocol.TypeRateLimitEvent && v.RateLimitInfo != nil && v.RateLimitInfo.Status == "rejected":
+		if r := v.RateLimitInfo.ResetsAt; r > 0 && r < 1e11 {
+			return time.Unix(int64(r), 0).UTC(), true
+		}
+		return now.Add(pause), true
+	case v.Type == protocol.TypeResult && (v.APIErrorStatus == float64(429) || v.APIErrorStatus == "429"):
+		return now.Add(pause), true
+	case v.Type == protocol.TypeAssistant && v.Error == "rate_limit":
+		return now.Add(pause), true
+	}
+	return time.Time{}, false
+}
+
+// campaign tries to take the leadership lease and admits while it holds it.
+func (a *Admitter) campaign(ctx context.Context) {
+	defer a.wg.Done()
+	retry := a.cfg.LeaseTTL / 5
+	for ctx.Err() == nil {
+		at := time.Now()
+		rev, err := a.lease.Create(ctx, leaderKey, []byte(a.cfg.ID))
+		if err == nil {
+			a.lead(ctx, rev, at)
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("taking the admitter lease")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+// lead admits until the lease is lost or the admitter stops.
+func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
+	lctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	ttl := a.cfg.LeaseTTL
+	// Admit only within half the TTL of the last renewal (from when it was
+	// sent): another dispatcher can take the lease only a whole TTL after.
+	a.validUntil.Store(at.Add(ttl / 2).UnixNano())
+	a.leading.Store(true)
+	defer a.leading.Store(false)
+	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		t := time.NewTicker(ttl / 5)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			at := time.Now()
+			rctx, cancel := context.WithTimeout(lctx, ttl/3)
+			r, err := a.lease.Update(rctx, leaderKey, []byte(a.cfg.ID), rev)
+			cancel()
+			if err != nil {
+				if lctx.Err() == nil {
+					a.log.Warn().Err(err).Msg("renewing the admitter lease failed; stopping admission")
+					lost(err)
+				}
+				return
+			}
+			rev = r
+			a.validUntil.Store(at.Add(ttl / 2).UnixNano())
+		}
+	}()
+	n := a.names
+	var subs []*nats.Subscription
+	for subj, h := range map[string]nats.MsgHandler{
+		n.JobsWildcard(): func(*nats.Msg) { a.poke() },
+		n.StatusWildcard(): func(m *nats.Msg) {
+			if !bytes.Contains(m.Data, []byte(`"state":"queued"`)) {
+				a.poke()
+			}
+		},
+		n.MsgWildcard(): a.onLine,
+	} {
+		s, err := a.cfg.NC.Subscribe(subj, h)
+		if err != nil {
+			a.log.Error().Err(err).Str("subject", subj).Msg("subscribing")
+			lost(err)
+			break
+		}
+		subs = append(subs, s)
+	}
+	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]string{}
+	tick := time.NewTicker(200 * time.Millisecond)
+	for lctx.Err() == nil {
+		if err := a.pass(lctx); err != nil && lctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("admission pass failed; retrying")
+		}
+		select {
+		case <-lctx.Done():
+		case <-a.wake:
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+	lost(nil)
+	rwg.Wait()
+	if errors.Is(context.Cause(ctx), errStopping) {
+		// Hand the lease over at once.
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.lease.Delete(dctx, leaderKey, jetstream.LastRevision(rev))
+		cancel()
+	}
+	a.log.Info().Msg("no longer admitting")
+}
+
+func (a *Admitter) leaseValid() bool { return time.Now().UnixNano() < a.validUntil.Load() }
+
+// pass reads the queue and run counts from the stream and admits what the
+// policy allows, then says why the rest waits.
+func (a *Admitter) pass(ctx context.Context) error {
+	n := a.names
+	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", n.JobsStream(), err)
+	}
+	queued, running := map[string]int{}, map[string]int{}
+	total := 0
+	jobsPrefix, workPrefix := n.Prefix()+".jobs.", n.Prefix()+".work."
+	var invalid []string
+	for subj, c := range info.State.Subjects {
+		switch {
+		case strings.HasPrefix(subj, workPrefix):
+			total += int(c)
+			if t, ok := n.ParseWorkSubject(subj); ok {
+				running[t] += int(c)
+			}
+		case strings.HasPrefix(subj, jobsPrefix):
+			t := subj[len(jobsPrefix):]
+			if protocol.ValidTenant(t) {
+				queued[t] += int(c)
+			} else {
+				invalid = append(invalid, subj)
+			}
+		}
+	}
+	// Jobs on a subject with no valid tenant pass unadmitted: the worker
+	// rejects them as it always did.
+	for _, subj := range invalid {
+		for {
+			moved, err := a.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):])
+			if err != nil || !moved {
+				break
+			}
+		}
+	}
+	now := a.cfg.Now()
+	active := make([]string, 0, len(queued))
+	for t, c := range queued {
+		if c > 0 {
+			active = append(active, t)
+		}
+	}
+	eligible := func(t string) bool {
+		return queued[t] > 0 && a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now).Admit
+	}
+	weight := func(t string) float64 { return a.cfg.Policy.Effective(a.tenantState(t, 0, now).Settings).Weight }
+	for total < a.cfg.Policy.FleetCap && a.leaseValid() {
+		t := a.sched.next(active, eligible, weight)
+		if t == "" {
+			break
+		}
+		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
+		if err != nil {
+			return err
+		}
+		if !moved {
+			queued[t] = 0
+			continue
+		}
+		queued[t]--
+		running[t]++
+		total++
+	}
+	for t, c := range queued {
+		if c <= 0 {
+			delete(a.heads, t)
+			continue
+		}
+		d := a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now)
+		reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
+		if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// move admits the first job on subject from: it copies the job to the work
+// subject to (Nats-Msg-Id "_admit.<seq>", so a copy made again after a
+// failover is dropped as a duplicate) and then deletes it from the
+// queue. It reports false when subject has no job.
+func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, error) {
+	raw, err := a.stream.GetMsg(ctx, max(a.cursor[from], 1), jetstream.WithGetMsgSubject(from))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the next job of %s: %w", from, err)
+	}
+	wm := nats.NewMsg(to)
+	wm.Data = raw.Data
+	for k, v := range raw.Header {
+		if !strings.HasPrefix(k, "Nats-") {
+			wm.Header[k] = v
+		}
+	}
+	seq := strconv.FormatUint(raw.Sequence, 10)
+	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
+	wm.Header.Set(protocol.HeaderJobSeq, seq)
+	if _, err := a.cfg.JS.PublishMsg(ctx, wm); err != nil {
+		return false, fmt.Errorf("admitting job %s: %w", seq, err)
+	}
+	if err := a.stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, fmt.Errorf("removing admitted job %s from the queue: %w", seq, err)
+	}
+	a.cursor[from] = raw.Sequence + 1
+	if h := a.heads[tenant]; len(h) > 0 && h[0].seq == raw.Sequence {
+		a.heads[tenant] = h[1:]
+	} else {
+		delete(a.heads, tenant)
+	}
+	delete(a.announced, raw.Sequence)
+	a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
+	return true, nil
+}
+
+// announce publishes a queued status with reason and position for the
+// first k jobs of tenant t whose reason or position changed.
+func (a *Admitter) announce(ctx context.Context, t, reason string, k int) error {
+	n := a.names
+	hs := a.heads[t]
+	for len(hs) < k {
+		from := a.cursor[n.JobSubject(t)]
+		if len(hs) > 0 {
+			from = hs[len(hs)-1].seq + 1
+		}
+		raw, err := a.stream.GetMsg(ctx, max(from, 1), jetstream.WithGetMsgSubject(n.JobSubject(t)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		id, _ := protocol.ProbeIdentity(raw.Header.Get(protocol.HeaderContentType), raw.Data)
+		hs = append(hs, head{seq: raw.Sequence, id: id})
+	}
+	a.heads[t] = hs
+	for i, h := range hs[:min(k, len(hs))] {
+		key := reason + "/" + strconv.Itoa(i+1)
+		if a.announced[h.seq] == key || !protocol.ValidID(h.id) {
+			continue
+		}
+		ev := protocol.StatusEvent{V: protocol.SchemaVersion, ID: h.id, Tenant: t, State: protocol.StateQueued,
+			JobSeq: h.seq, At: time.Now().UTC(), Reason: reason, Position: i + 1}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		pm := nats.NewMsg(n.QueryStatus(t, h.id))
+		pm.Data = b
+		pm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		if _, err := a.cfg.JS.PublishMsg(ctx, pm); err != nil {
+			return fmt.Errorf("publishing why %s/%s waits: %w", t, h.id, err)
+		}
+		a.announced[h.seq] = key
+	}
+	return nil
+}

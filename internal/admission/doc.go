@@ -1,0 +1,93 @@
+// Package admission decides which queued job runs next (SPEC 10): exact
+// per-tenant caps, fair share by weight, budgets per window and rate-limit
+// pauses, in front of the one work consumer that keeps the exact fleet cap.
+//
+// # Flow
+//
+// Producers publish on <prefix>.jobs.<tenant> as before; FLEET_JOBS stores
+// the job there. The work consumer "workers" reads only <prefix>.work.>.
+// The admitter moves each job it admits: it copies the job to
+// <prefix>.work.<tenant> (same body and headers, Nats-Msg-Id
+// "_admit.<seq>", header Fleet-Job-Seq with the submission's sequence) and
+// then deletes the original. Only the dispatcher's NATS user may publish on
+// <prefix>.work.> (deploy/nats/accounts.conf), so producers cannot bypass
+// admission.
+//
+// # Exactness
+//
+// The work subjects are the admitter's ledger: a job stays on
+// <prefix>.work.<tenant> from admission until a worker acks or terminates
+// it, or the dead-letter handler removes it. So the runs of a tenant never
+// exceed its messages there, and a pass counts those from the stream itself
+// (stream info with a subject filter) before it admits anything. Nothing is
+// kept only in the admitter's memory: a standby that takes over reads the
+// same counts, a crashed worker's job keeps its tenant's slot until it is
+// redelivered and finishes (as it keeps its fleet slot under MaxAckPending),
+// and a job handed back (Nak) stays counted. No lease per run is needed and
+// workers need no change beyond reading Fleet-Job-Seq.
+//
+// A copy and a delete are not atomic: an admitter that dies between them
+// leaves the job on both subjects. The next admitter copies it again under
+// the same Nats-Msg-Id, which the stream drops as a duplicate (within the
+// dedupe window, default 2m, far longer than a takeover), then deletes the
+// original. So a job is admitted once and never lost.
+//
+// # Leadership
+//
+// Every dispatcher runs an Admitter; one admits. The lease is the key
+// "leader" in the KV bucket FLEET_ADMITTER, whose TTL (LeaseTTL, 5s by
+// default) removes it unless renewed (every LeaseTTL/5). Others try to
+// create it every LeaseTTL/5, so one takes over at most about 1.2 x LeaseTTL
+// after the leader died. The leader admits only within LeaseTTL/2 of its
+// last renewal (measured before the renewal was sent) so that it has stopped
+// before anyone else can hold the lease. A dispatcher that stops gracefully
+// deletes the lease at once.
+//
+// # Fair share
+//
+// Among tenants with queued jobs that the Policy admits, free slots go by
+// deficit round robin with the tenant's weight as its quantum (see drr). A
+// tenant new to the ring joins at its end, so it waits at most one round:
+// with weights 1, another tenant's 10,000 queued jobs delay its first by at
+// most one slot turnover. A tenant held by its cap, budget or a pause is
+// passed over and keeps no deficit.
+//
+// # Budgets and rate limits
+//
+// Every dispatcher consumes the status events (durable consumer
+// dispatcher-spend, new events only) and adds each terminal result's
+// total_cost_usd to spend.<tenant>.<window> in the KV bucket
+// FLEET_ADMISSION with compare-and-set. Windows are aligned to multiples of
+// budget_window since the Unix epoch. A redelivered event is counted again
+// (at-least-once), which errs toward stopping early.
+//
+// The leader reads the relayed agent lines (core subscription on
+// <prefix>.query.*.*.msg, filtered by a byte search before any decoding).
+// A rate_limit_event with rate_limit_info.status "rejected" pauses its
+// tenant until resetsAt; a result with api_error_status 429 or an assistant
+// error "rate_limit" pauses it for RateLimitPause. Pauses are stored as
+// pause.<tenant> in FLEET_ADMISSION, so a new leader keeps them. A line
+// relayed while no dispatcher leads is not seen.
+//
+// # Why a job waits
+//
+// After each pass the leader publishes a queued status for the first
+// Announce (5) jobs of every tenant that still waits, with reason
+// (budget, rate_limited, tenant_cap, fleet_cap, checked in that order)
+// and position (1 = next), whenever either changed.
+//
+// # Sessions
+//
+// A live session holds its job unacked, so it stays on the work subject and
+// counts against its tenant's cap; a parked session has acked its job and
+// counts nothing; its continuation is a new job on <prefix>.jobs.<tenant>
+// and is admitted like any other. Nothing here needs to know about
+// sessions.
+//
+// # Lifecycle
+//
+// Admitter follows River's startstop: Start returns once the buckets are
+// open, the settings loaded and the goroutines running; Stop is idempotent,
+// hands the lease back, and waits for every goroutine; Stopped is closed
+// after. The dispatcher's Service starts and stops it.
+package admission

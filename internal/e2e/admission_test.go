@@ -1,0 +1,382 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/admission"
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// statusLog records every status event in the order the server delivers
+// them (one server: the order they were published in), so tests can count
+// runs at once per tenant: a run holds its slot from its "running" to its
+// terminal status, and a worker publishes the terminal status before it
+// acks the job, so the next run's "running" always comes after it.
+type statusLog struct {
+	mu     sync.Mutex
+	events []protocol.StatusEvent
+	ch     chan protocol.StatusEvent
+}
+
+func watchStatuses(t *testing.T, nc *nats.Conn, names protocol.Names) *statusLog {
+	t.Helper()
+	l := &statusLog{ch: make(chan protocol.StatusEvent, 1<<16)}
+	sub, err := nc.Subscribe(names.StatusWildcard(), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data, &ev) != nil {
+			return
+		}
+		l.mu.Lock()
+		l.events = append(l.events, ev)
+		l.mu.Unlock()
+		select {
+		case l.ch <- ev:
+		default:
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, sub.SetPendingLimits(-1, -1))
+	require.NoError(t, nc.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return l
+}
+
+// waitFor waits for a status event matching ok.
+func (l *statusLog) waitFor(t *testing.T, what string, ok func(protocol.StatusEvent) bool) protocol.StatusEvent {
+	t.Helper()
+	l.mu.Lock()
+	seen := slices.Clone(l.events)
+	l.mu.Unlock()
+	for _, ev := range seen {
+		if ok(ev) {
+			return ev
+		}
+	}
+	timeout := time.After(wait)
+	for {
+		select {
+		case ev := <-l.ch:
+			if ok(ev) {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// peaks returns the most runs at once per tenant, the number of "running"
+// events per query (more than one without a retry is a run admitted twice)
+// and the terminal events per query.
+func (l *statusLog) peaks() (peak map[string]int, starts map[string]int, ends map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	peak, starts, ends = map[string]int{}, map[string]int{}, map[string]int{}
+	cur := map[string]int{}
+	live := map[string]bool{}
+	for _, ev := range l.events {
+		key := ev.Tenant + "/" + ev.ID
+		switch {
+		case ev.State == protocol.StateRunning:
+			starts[key]++
+			if !live[key] {
+				live[key] = true
+				cur[ev.Tenant]++
+				peak[ev.Tenant] = max(peak[ev.Tenant], cur[ev.Tenant])
+			}
+		case ev.State.Terminal():
+			ends[key]++
+			if live[key] {
+				live[key] = false
+				cur[ev.Tenant]--
+			}
+		}
+	}
+	return peak, starts, ends
+}
+
+func setTenant(t *testing.T, f *fleettest.Fleet, tenant string, s admission.Settings) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ts, err := admission.OpenTenants(ctx, f.JS, f.Names, false)
+	require.NoError(t, err)
+	require.NoError(t, ts.Set(ctx, tenant, s))
+	fleettest.Eventually(t, wait, func() bool {
+		got, ok := f.Disp.Admitter().SettingsOf(tenant)
+		return ok && got == s
+	}, "the admitter sees the settings of "+tenant)
+}
+
+// A capped tenant never has more than its max_running at once, while the
+// fleet has free slots that another tenant's jobs use.
+func TestAdmissionTenantCap(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 6})
+	log := watchStatuses(t, f.NC, f.Names)
+	setTenant(t, f, "capped", admission.Settings{MaxRunning: 2})
+	const n = 10
+	for i := range n {
+		f.SubmitJSON("capped", "c"+strconv.Itoa(i), "/standin sleep=300ms")
+	}
+	for i := range 4 {
+		f.SubmitJSON("free", "f"+strconv.Itoa(i), "/standin sleep=300ms")
+	}
+	// The capped tenant's waiting jobs say why.
+	log.waitFor(t, "a queued status with reason tenant_cap", func(ev protocol.StatusEvent) bool {
+		return ev.Tenant == "capped" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonTenantCap && ev.Position >= 1
+	})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 6})
+	fleettest.WaitReady(t, w.W)
+	for i := range n {
+		require.Equal(t, protocol.StateSucceeded, f.Follow("capped", "c"+strconv.Itoa(i), wait).Final.State)
+	}
+	for i := range 4 {
+		require.Equal(t, protocol.StateSucceeded, f.Follow("free", "f"+strconv.Itoa(i), wait).Final.State)
+	}
+	peak, starts, _ := log.peaks()
+	require.Equal(t, 2, peak["capped"], "the capped tenant reaches its cap and never exceeds it")
+	require.Greater(t, peak["free"], 1, "the other tenant uses the free slots meanwhile")
+	for k, c := range starts {
+		require.Equal(t, 1, c, "%s ran once", k)
+	}
+}
+
+// A tenant with 10,000 queued jobs delays another tenant's first job by at
+// most one slot turnover: no more than the slot count of its runs start
+// between the other's submit and its first start.
+func TestAdmissionFairFirstStart(t *testing.T) {
+	t.Parallel()
+	const slots = 2
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: slots})
+	log := watchStatuses(t, f.NC, f.Names)
+	big := 10000
+	if testing.Short() {
+		big = 1000
+	}
+	publishMany(t, f, "big", big, "/standin")
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: slots})
+	fleettest.WaitReady(t, w.W)
+	// Let the big tenant's runs flow, then the small tenant submits.
+	log.waitFor(t, "the big tenant's 5th run ending", func(ev protocol.StatusEvent) bool {
+		return ev.Tenant == "big" && ev.State == protocol.StateSucceeded && ev.ID == "b4"
+	})
+	log.mu.Lock()
+	mark := len(log.events)
+	log.mu.Unlock()
+	f.SubmitJSON("small", "s0", "/standin")
+	log.waitFor(t, "the small tenant's first run", func(ev protocol.StatusEvent) bool {
+		return ev.Tenant == "small" && ev.State == protocol.StateRunning
+	})
+	log.mu.Lock()
+	between := 0
+	for _, ev := range log.events[mark:] {
+		if ev.Tenant == "small" && ev.State == protocol.StateRunning {
+			break
+		}
+		if ev.Tenant == "big" && ev.State == protocol.StateRunning {
+			between++
+		}
+	}
+	log.mu.Unlock()
+	t.Logf("big tenant's runs started between the small tenant's submit and its first start: %d (slots %d)", between, slots)
+	require.LessOrEqual(t, between, slots)
+}
+
+// publishMany publishes n jobs of tenant quickly (async publish, then wait
+// for every ack).
+func publishMany(t testing.TB, f *fleettest.Fleet, tenant string, n int, prompt string) {
+	t.Helper()
+	js, err := jetstream.New(f.NC, jetstream.WithPublishAsyncMaxPending(4096))
+	require.NoError(t, err)
+	prefix := tenant[:1]
+	for i := range n {
+		b, _ := json.Marshal(protocol.Job{ID: prefix + strconv.Itoa(i), Prompt: prompt})
+		_, err := js.PublishAsync(f.Names.JobSubject(tenant), b)
+		require.NoError(t, err)
+		if i%1000 == 999 || i == n-1 {
+			// In batches, so a loaded machine never stalls the publisher.
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(wait):
+				t.Fatal("timed out publishing")
+			}
+		}
+	}
+}
+
+// Weights 3:1 under backlog give about 3:1 starts (between 2:1 and 4:1).
+func TestAdmissionWeights(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 1})
+	log := watchStatuses(t, f.NC, f.Names)
+	setTenant(t, f, "heavy", admission.Settings{Weight: 3})
+	setTenant(t, f, "light", admission.Settings{Weight: 1})
+	publishMany(t, f, "heavy", 40, "/standin")
+	publishMany(t, f, "light", 40, "/standin")
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	const first = 25
+	var counts map[string]int
+	count := func() int {
+		counts = map[string]int{}
+		total := 0
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		for _, ev := range log.events {
+			if ev.State == protocol.StateRunning && total < first {
+				counts[ev.Tenant]++
+				total++
+			}
+		}
+		return total
+	}
+	log.waitFor(t, "25 starts", func(protocol.StatusEvent) bool { return count() >= first })
+	count()
+	t.Logf("first %d starts: heavy %d, light %d", first, counts["heavy"], counts["light"])
+	require.Positive(t, counts["light"])
+	ratio := float64(counts["heavy"]) / float64(counts["light"])
+	require.GreaterOrEqual(t, ratio, 2.0)
+	require.LessOrEqual(t, ratio, 4.0)
+}
+
+// fakeClock is the admitter's injected clock.
+type fakeClock struct{ off atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// A tenant whose results' cost reaches its budget gets no new runs until
+// the window rolls over.
+func TestAdmissionBudget(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{}
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 4, Admission: admission.Config{Now: clock.Now}})
+	log := watchStatuses(t, f.NC, f.Names)
+	setTenant(t, f, "spender", admission.Settings{BudgetUSD: 1, BudgetWindow: admission.Duration(time.Hour)})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 4})
+	fleettest.WaitReady(t, w.W)
+	for _, id := range []string{"p1", "p2"} {
+		f.SubmitJSON("spender", id, "/standin cost=0.6")
+		require.Equal(t, protocol.StateSucceeded, f.Follow("spender", id, wait).Final.State)
+	}
+	waitSpend(t, f, "spender", clock.Now(), time.Hour, 1.2)
+	f.SubmitJSON("spender", "p3", "/standin cost=0.6")
+	log.waitFor(t, "p3 queued for its budget", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "p3" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonBudget && ev.Position == 1
+	})
+	// Another tenant is not held by it.
+	f.SubmitJSON("other", "o1", "/standin")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("other", "o1", wait).Final.State)
+	_, starts, _ := log.peaks()
+	require.Zero(t, starts["spender/p3"], "p3 did not start over budget")
+	clock.Advance(time.Hour)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("spender", "p3", wait).Final.State, "the next window resumes admission")
+}
+
+func waitSpend(t *testing.T, f *fleettest.Fleet, tenant string, now time.Time, window time.Duration, atLeast float64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	kv, err := f.JS.KeyValue(ctx, f.Names.AdmissionBucket())
+	require.NoError(t, err)
+	key := "spend." + tenant + "." + strconv.FormatInt(admission.WindowStart(now, window).Unix(), 10)
+	fleettest.Eventually(t, wait, func() bool {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			return false
+		}
+		v, _ := strconv.ParseFloat(string(e.Value()), 64)
+		return v >= atLeast-1e-9
+	}, "the spend recorded")
+}
+
+// A rejected rate_limit_event pauses its tenant until the reset time.
+func TestAdmissionRateLimitPause(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{}
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 4, Admission: admission.Config{Now: clock.Now}})
+	log := watchStatuses(t, f.NC, f.Names)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 4})
+	fleettest.WaitReady(t, w.W)
+	reset := clock.Now().Add(time.Hour).Unix()
+	f.SubmitJSON("limited", "r1", "/standin ratelimit="+strconv.FormatInt(reset, 10))
+	require.Equal(t, protocol.StateSucceeded, f.Follow("limited", "r1", wait).Final.State)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	kv, err := f.JS.KeyValue(ctx, f.Names.AdmissionBucket())
+	require.NoError(t, err)
+	fleettest.Eventually(t, wait, func() bool { _, err := kv.Get(ctx, "pause.limited"); return err == nil }, "the pause recorded")
+	f.SubmitJSON("limited", "r2", "/standin")
+	log.waitFor(t, "r2 queued as rate limited", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "r2" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonRateLimited
+	})
+	f.SubmitJSON("unlimited", "u1", "/standin")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("unlimited", "u1", wait).Final.State)
+	_, starts, _ := log.peaks()
+	require.Zero(t, starts["limited/r2"], "r2 did not start while paused")
+	clock.Advance(time.Hour + time.Second)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("limited", "r2", wait).Final.State, "admission resumes after the reset")
+}
+
+// The admitting dispatcher is SIGKILLed mid-stream; the standby takes over,
+// and no job is lost, admitted twice, or over its tenant's cap.
+func TestAdmissionFailover(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	const conc = 4
+	// The caps are set before the child dispatcher starts, so it loads them.
+	_, js := natstest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ts, err := admission.OpenTenants(ctx, js, protocol.NewNames(""), true)
+	require.NoError(t, err)
+	require.NoError(t, ts.Set(ctx, "ta", admission.Settings{MaxRunning: 2}))
+	require.NoError(t, ts.Set(ctx, "tb", admission.Settings{MaxRunning: 1}))
+	child := fleettest.StartDispatcherProcess(t, srv.ClientURL(), t.TempDir(), conc, 2*time.Second)
+	child.Expect(t, "admitting")
+	f := fleettest.New(t, fleettest.Opts{Server: srv, MaxConcurrency: conc, Admission: admission.Config{LeaseTTL: 2 * time.Second}})
+	require.False(t, f.Disp.Admitting(), "the child process admits")
+	log := watchStatuses(t, f.NC, f.Names)
+	const n = 12
+	for i := range n {
+		f.SubmitJSON("ta", "a"+strconv.Itoa(i), "/standin sleep=100ms")
+		f.SubmitJSON("tb", "b"+strconv.Itoa(i), "/standin sleep=100ms")
+	}
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: conc})
+	fleettest.WaitReady(t, w.W)
+	log.waitFor(t, "a few runs", func(ev protocol.StatusEvent) bool {
+		return ev.State == protocol.StateSucceeded && (ev.ID == "a2" || ev.ID == "b2")
+	})
+	killed := time.Now()
+	child.Kill(t)
+	fleettest.Eventually(t, wait, f.Disp.Admitting, "the standby takes over")
+	t.Logf("takeover %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	for i := range n {
+		for _, id := range []string{"a" + strconv.Itoa(i), "b" + strconv.Itoa(i)} {
+			tenant := "t" + id[:1]
+			require.Equal(t, protocol.StateSucceeded, f.Follow(tenant, id, wait).Final.State, id)
+		}
+	}
+	peak, starts, ends := log.peaks()
+	require.LessOrEqual(t, peak["ta"], 2)
+	require.LessOrEqual(t, peak["tb"], 1)
+	require.Len(t, starts, 2*n)
+	for k, c := range starts {
+		require.Equal(t, 1, c, "%s admitted and run once", k)
+		require.Equal(t, 1, ends[k], "%s ended once", k)
+	}
+}

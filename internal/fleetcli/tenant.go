@@ -1,0 +1,161 @@
+package fleetcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfleet/agentfleet/internal/admission"
+)
+
+// tenantCmd reads and writes tenant admission settings (KV FLEET_TENANTS).
+type tenantCmd struct {
+	sub, tenant string
+	s           admission.Settings
+	window      time.Duration
+	changed     func(string) bool
+}
+
+func (c *tenantCmd) Help() Help {
+	return Help{
+		Name: "tenant", Args: "set|get|ls|rm [<tenant>]",
+		Summary: "admission settings of tenants: runs at once, fair-share weight, budget",
+		Description: `Settings live in the KV bucket FLEET_TENANTS; a tenant without settings
+gets the dispatcher's --tenant-max-running and --tenant-weight. set changes
+only the flags given (0 puts a field back to the default). Writing needs the
+dispatcher's NATS credentials (and --inbox-prefix _INBOX_dispatcher with the
+shipped deploy/nats config): producers must not set their own caps.`,
+		Examples: `dispatcher tenant set acme --max-running 4 --weight 3
+dispatcher tenant set acme --budget-usd 50 --budget-window 24h
+dispatcher tenant get acme
+dispatcher tenant ls
+dispatcher tenant rm acme`,
+	}
+}
+
+func (c *tenantCmd) Flags(fs *pflag.FlagSet) {
+	fs.IntVar(&c.s.MaxRunning, "max-running", 0, "set: most runs of this tenant at once (0: only the fleet's cap)")
+	fs.Float64Var(&c.s.Weight, "weight", 0, "set: share of free slots under backlog (0: the default weight)")
+	fs.Float64Var(&c.s.BudgetUSD, "budget-usd", 0, "set: stop admitting once results cost this much in a window (0: none)")
+	fs.DurationVar(&c.window, "budget-window", 0, "set: the budget's window, e.g. 24h (aligned to multiples of it since the Unix epoch)")
+	c.changed = fs.Changed
+}
+
+func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
+	c.sub = fs.Arg(0)
+	want := 2
+	switch c.sub {
+	case "set", "get", "rm":
+	case "ls":
+		want = 1
+	default:
+		return fmt.Errorf("tenant: want set, get, ls or rm, got %q", c.sub)
+	}
+	if fs.NArg() != want {
+		return fmt.Errorf("tenant %s takes %d argument(s), got %q", c.sub, want-1, fs.Args()[1:])
+	}
+	if c.sub != "set" {
+		for _, f := range []string{"max-running", "weight", "budget-usd", "budget-window"} {
+			if fs.Changed(f) {
+				return fmt.Errorf("--%s goes with tenant set only", f)
+			}
+		}
+	}
+	if want == 2 {
+		c.tenant = fs.Arg(1)
+		return validTenant(c.tenant)
+	}
+	return nil
+}
+
+func (c *tenantCmd) Run(ctx context.Context, e *Env) int {
+	cl, code := e.Client()
+	if cl == nil {
+		return code
+	}
+	rctx, cancel := e.Request(ctx)
+	defer cancel()
+	ts, err := admission.OpenTenants(rctx, cl.JS, cl.Names, false)
+	if err != nil {
+		fmt.Fprintf(e.Err, "%v (has `dispatcher serve` run on this NATS?)\n", err)
+		return ExitUnavailable
+	}
+	switch c.sub {
+	case "set":
+		cur, err := ts.Get(rctx, c.tenant)
+		if err != nil && !errors.Is(err, admission.ErrNoTenant) {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+		if c.changed("max-running") {
+			cur.MaxRunning = c.s.MaxRunning
+		}
+		if c.changed("weight") {
+			cur.Weight = c.s.Weight
+		}
+		if c.changed("budget-usd") {
+			cur.BudgetUSD = c.s.BudgetUSD
+		}
+		if c.changed("budget-window") {
+			cur.BudgetWindow = admission.Duration(c.window)
+		}
+		if err := cur.Validate(); err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUsage
+		}
+		if err := ts.Set(rctx, c.tenant, cur); err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+		printSettings(e, map[string]admission.Settings{c.tenant: cur}, []string{c.tenant})
+	case "get":
+		cur, err := ts.Get(rctx, c.tenant)
+		if errors.Is(err, admission.ErrNoTenant) {
+			fmt.Fprintf(e.Err, "tenant %s has no settings: the dispatcher's defaults apply\n", c.tenant)
+			return ExitNotFound
+		}
+		if err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+		printSettings(e, map[string]admission.Settings{c.tenant: cur}, []string{c.tenant})
+	case "rm":
+		if err := ts.Delete(rctx, c.tenant); err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+	case "ls":
+		all, names, err := ts.List(rctx)
+		if err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+		printSettings(e, all, names)
+	}
+	return ExitOK
+}
+
+func printSettings(e *Env, all map[string]admission.Settings, names []string) {
+	tw := tabwriter.NewWriter(e.Out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tMAX_RUNNING\tWEIGHT\tBUDGET_USD\tBUDGET_WINDOW")
+	or := func(v, def string, set bool) string {
+		if set {
+			return v
+		}
+		return def
+	}
+	for _, n := range names {
+		s := all[n]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n,
+			or(strconv.Itoa(s.MaxRunning), "default", s.MaxRunning > 0),
+			or(strconv.FormatFloat(s.Weight, 'g', -1, 64), "default", s.Weight > 0),
+			or(strconv.FormatFloat(s.BudgetUSD, 'g', -1, 64), "-", s.BudgetUSD > 0),
+			or(time.Duration(s.BudgetWindow).String(), "-", s.BudgetWindow > 0))
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,52 @@
+package protocol
+
+import "strings"
+
+// Admission (SPEC 10): producers publish on <prefix>.jobs.<tenant>; the
+// admitting dispatcher moves each job it admits to <prefix>.work.<tenant>
+// in the same stream, which is all the work consumer reads.
+
+// WorkSubject is where the admitter puts an admitted job of tenant:
+// <prefix>.work.<tenant>. Only the dispatcher may publish here.
+func (n Names) WorkSubject(tenant string) string { return n.p() + ".work." + tenant }
+
+// WorkWildcard matches every work subject: <prefix>.work.>.
+func (n Names) WorkWildcard() string { return n.p() + ".work.>" }
+
+// ParseWorkSubject returns the tenant of <prefix>.work.<tenant>; ok is false
+// for anything else.
+func (n Names) ParseWorkSubject(subject string) (tenant string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.p()+".work.")
+	if !found || !ValidTenant(rest) {
+		return "", false
+	}
+	return rest, true
+}
+
+// MsgWildcard matches every query's .msg subject: <prefix>.query.*.*.msg.
+func (n Names) MsgWildcard() string { return n.p() + ".query.*.*.msg" }
+
+// TenantsBucket is the KV bucket of tenant settings (FLEET_TENANTS).
+func (n Names) TenantsBucket() string { return n.upper() + "_TENANTS" }
+
+// AdmissionBucket is the KV bucket of admission state that outlives a
+// dispatcher: spend per tenant and window, rate-limit pauses (FLEET_ADMISSION).
+func (n Names) AdmissionBucket() string { return n.upper() + "_ADMISSION" }
+
+// AdmitterBucket holds the admitter's leadership lease (FLEET_ADMITTER); its
+// keys expire by the bucket's TTL unless renewed.
+func (n Names) AdmitterBucket() string { return n.upper() + "_ADMITTER" }
+
+// HeaderJobSeq is set by the admitter on an admitted job: the FLEET_JOBS
+// sequence of the submission (on <prefix>.jobs.<tenant>), which status
+// events carry as job_seq.
+const HeaderJobSeq = "Fleet-Job-Seq"
+
+// Queued reasons: why a job that waits was not admitted yet (the "reason" of
+// a queued status).
+const (
+	ReasonFleetCap    = "fleet_cap"
+	ReasonTenantCap   = "tenant_cap"
+	ReasonBudget      = "budget"
+	ReasonRateLimited = "rate_limited"
+)
