@@ -232,7 +232,7 @@ func TestCLIStatusAndLs(t *testing.T) {
 		_, out, _ = run(t, url, "ls", "-A")
 		return strings.Contains(out, "ls-1") && strings.Contains(out, "ls-2")
 	}, "ls -A shows both tenants")
-	require.Regexp(t, `(?m)^TENANT\s+ID\s+STATE\s+ATTEMPT\s+WORKER\s+DURATION\s+COST\s+AT\s+ERROR$`, out)
+	require.Regexp(t, `(?m)^TENANT\s+ID\s+STATE\s+ATTEMPT\s+WORKER\s+DURATION\s+COST\s+AT\s+ERROR\s+WAITING$`, out)
 	require.Regexp(t, `(?m)^default\s+ls-1\s+succeeded\s+1\s+\S+\s+\S+\s+\$0\.\d{4}\s`, out)
 	code, out, _ = run(t, url, "ls")
 	require.Equal(t, 0, code)

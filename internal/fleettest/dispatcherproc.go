@@ -1,20 +1,14 @@
 package fleettest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
@@ -78,60 +72,11 @@ func dispatcherProcess(args []string) int {
 	select {} // until killed
 }
 
-// DispatcherProc is a dispatcher running as a child process.
-type DispatcherProc struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
-
-// StartDispatcherProcess starts a dispatcher as a child process and waits
-// until it serves.
-func StartDispatcherProcess(t *testing.T, url, sdir string, maxConcurrency int, leaseTTL time.Duration) *DispatcherProc {
+// StartDispatcherProcess starts a dispatcher as a child process (so a
+// test can SIGKILL it) and waits until it serves.
+func StartDispatcherProcess(t *testing.T, url, sdir string, maxConcurrency int, leaseTTL time.Duration) *ChildProc {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, DispatcherFlag, url, sdir, strconv.Itoa(maxConcurrency), leaseTTL.String())
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	p := &DispatcherProc{cmd: cmd, lines: make(chan string, 16)}
-	go func() {
-		defer close(p.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	p := startChild(t, "dispatcher", nil, DispatcherFlag, url, sdir, strconv.Itoa(maxConcurrency), leaseTTL.String())
 	p.Expect(t, "ready")
 	return p
-}
-
-// Expect waits for a line of the dispatcher process starting with prefix.
-func (p *DispatcherProc) Expect(t *testing.T, prefix string) {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case l, ok := <-p.lines:
-			require.True(t, ok, "dispatcher process exited while waiting for %q", prefix)
-			if strings.HasPrefix(l, prefix) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("timed out waiting for %q from the dispatcher process", prefix)
-		}
-	}
-}
-
-// Kill SIGKILLs the dispatcher process.
-func (p *DispatcherProc) Kill(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	_ = p.cmd.Wait()
 }

@@ -59,7 +59,7 @@ func Main(m *testing.M) {
 // MainNoLeaks is Main for packages that must not leak goroutines: after
 // the tests, goleak fails the run if any goroutine is left.
 func MainNoLeaks(m *testing.M, opts ...goleak.Option) {
-	if len(os.Args) > 1 && (os.Args[1] == StandinFlag || os.Args[1] == WorkerFlag) {
+	if len(os.Args) > 1 && (os.Args[1] == StandinFlag || os.Args[1] == WorkerFlag || os.Args[1] == DispatcherFlag) {
 		Main(m)
 	}
 	goleak.VerifyTestMain(m, opts...)

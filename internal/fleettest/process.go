@@ -110,10 +110,7 @@ func workerProcess(args []string) int {
 }
 
 // WorkerProc is a worker running as a child process.
-type WorkerProc struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
+type WorkerProc struct{ *ChildProc }
 
 // Environment of a worker process: its agent command and its sandbox's
 // fixed environment, as JSON.
@@ -133,23 +130,41 @@ func StartWorkerProcess(t *testing.T, url, jdir, sdir string) *WorkerProc {
 // the stand-in) and a fixed environment for its sandboxes.
 func StartWorkerProcessWith(t *testing.T, url, jdir, sdir string, agentCmd []string, sandboxEnv map[string]string) *WorkerProc {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, WorkerFlag, url, jdir, sdir, t.TempDir())
-	cmd.Env = os.Environ()
+	var env []string
 	if agentCmd != nil {
 		b, _ := json.Marshal(agentCmd)
-		cmd.Env = append(cmd.Env, envAgent+"="+string(b))
+		env = append(env, envAgent+"="+string(b))
 	}
 	if sandboxEnv != nil {
 		b, _ := json.Marshal(sandboxEnv)
-		cmd.Env = append(cmd.Env, envSandboxEnv+"="+string(b))
+		env = append(env, envSandboxEnv+"="+string(b))
 	}
+	p := &WorkerProc{startChild(t, "worker", env, WorkerFlag, url, jdir, sdir, t.TempDir())}
+	p.Expect(t, "ready")
+	return p
+}
+
+// ChildProc is this test binary running as a child process in one of its
+// modes (worker, dispatcher), printing what it does on stdout.
+type ChildProc struct {
+	what  string
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+// startChild starts the test binary with args and env added to this
+// process's environment; t's cleanup kills it.
+func startChild(t *testing.T, what string, env []string, args ...string) *ChildProc {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	p := &WorkerProc{cmd: cmd, lines: make(chan string, 64)}
+	p := &ChildProc{what: what, cmd: cmd, lines: make(chan string, 64)}
 	go func() {
 		defer close(p.lines)
 		sc := bufio.NewScanner(stdout)
@@ -162,29 +177,28 @@ func StartWorkerProcessWith(t *testing.T, url, jdir, sdir string, agentCmd []str
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	p.Expect(t, "ready")
 	return p
 }
 
-// Expect waits for a line of the worker process starting with prefix.
-func (p *WorkerProc) Expect(t *testing.T, prefix string) string {
+// Expect waits for a line of the process starting with prefix.
+func (p *ChildProc) Expect(t *testing.T, prefix string) string {
 	t.Helper()
 	timeout := time.After(60 * time.Second)
 	for {
 		select {
 		case l, ok := <-p.lines:
-			require.True(t, ok, "worker process exited while waiting for %q", prefix)
+			require.True(t, ok, "%s process exited while waiting for %q", p.what, prefix)
 			if strings.HasPrefix(l, prefix) {
 				return l
 			}
 		case <-timeout:
-			t.Fatalf("timed out waiting for %q from the worker process", prefix)
+			t.Fatalf("timed out waiting for %q from the %s process", prefix, p.what)
 		}
 	}
 }
 
-// Kill SIGKILLs the worker process.
-func (p *WorkerProc) Kill(t *testing.T) {
+// Kill SIGKILLs the process.
+func (p *ChildProc) Kill(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	_ = p.cmd.Wait()
