@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,10 +25,9 @@ import (
 // already have the job (it has the cancel on record and ends the run
 // itself) or the query is not queued.
 //
-// "Not given to a worker yet" is read from the work consumer: it hands out
-// jobs in stream order, so a job whose stream sequence is past the last one
-// it delivered is still waiting. A worker given the job in the moment
-// between that look and the delete finds the cancel on record; if its first
+// "Not given to a worker yet" is found by undelivered. A job given to a
+// worker in the moment between that look and the delete finds the cancel
+// on record; if its first
 // status lands before the dispatcher's compare-and-sets, the dispatcher
 // writes nothing; if it comes after them, the worker's claim (itself a
 // compare-and-set, internal/fence) reads the terminal status of the same
@@ -43,16 +43,9 @@ func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*pro
 	if last == nil || last.State != protocol.StateQueued || last.JobSeq == 0 {
 		return nil, nil // none (published straight to the queue), or not waiting
 	}
-	cons, err := s.js.Consumer(ctx, n.JobsStream(), n.Consumer())
-	if err != nil {
-		return nil, err
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.Delivered.Stream >= last.JobSeq {
-		return nil, nil // a worker may have it
+	drop, err := s.undelivered(ctx, ref.Tenant, last.JobSeq)
+	if err != nil || drop == 0 {
+		return nil, err // 0: a worker may have it
 	}
 	msg := "dispatcher: the query was cancelled while it was queued; it never started"
 	ended, err := s.end(ctx, ending{
@@ -65,7 +58,7 @@ func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*pro
 	}
 	// Now that the query has ended, take the job out of the queue so no
 	// worker is given it (one that still is sees the query finished).
-	if err := s.dropJob(ctx, last.JobSeq); err != nil {
+	if err := s.dropJob(ctx, drop); err != nil {
 		s.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("removing the cancelled job from the work queue")
 	}
 	s.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Uint64("job_seq", last.JobSeq).
@@ -91,4 +84,57 @@ func (s *Service) dropJob(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("removing job %d from the work queue: %w", seq, err)
 	}
 	return nil
+}
+
+// undelivered returns the stream sequence of submission jobSeq's job while
+// no worker has been given it, else 0. Not admitted yet, the job is the
+// submission itself, still on <prefix>.jobs.<tenant>. Admitted, it is the
+// copy on <prefix>.work.<tenant> whose Fleet-Job-Seq is jobSeq; the work
+// consumer hands jobs out in stream order, so a copy past the last
+// sequence it delivered is still waiting.
+func (s *Service) undelivered(ctx context.Context, tenant string, jobSeq uint64) (uint64, error) {
+	n := s.names
+	jobs, err := s.js.Stream(ctx, n.JobsStream())
+	if err != nil {
+		return 0, err
+	}
+	m, err := jobs.GetMsg(ctx, jobSeq)
+	switch {
+	case err == nil && m.Subject == n.JobSubject(tenant):
+		return jobSeq, nil
+	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, err
+	}
+	// A tenant has at most the fleet's concurrency on its work subject.
+	want := strconv.FormatUint(jobSeq, 10)
+	var work uint64
+	for from, i := jobSeq, 0; i < s.admCfg.Policy.FleetCap+1; i++ {
+		m, err := jobs.GetMsg(ctx, from, jetstream.WithGetMsgSubject(n.WorkSubject(tenant)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if m.Header.Get(protocol.HeaderJobSeq) == want {
+			work = m.Sequence
+			break
+		}
+		from = m.Sequence + 1
+	}
+	if work == 0 {
+		return 0, nil
+	}
+	cons, err := s.js.Consumer(ctx, n.JobsStream(), n.Consumer())
+	if err != nil {
+		return 0, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if info.Delivered.Stream >= work {
+		return 0, nil
+	}
+	return work, nil
 }
