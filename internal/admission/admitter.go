@@ -37,6 +37,9 @@ type Config struct {
 	Names protocol.Names
 	// Policy holds the defaults and the fleet cap (FleetCap is required).
 	Policy Policy
+	// Replicas of the KV buckets (as the fleet's streams: 3 on a cluster).
+	// Defaults to 1.
+	Replicas int
 	// ID names this admitter in the leadership lease. Defaults to a fresh id.
 	ID string
 	// LeaseTTL is how long leadership outlives its holder's last renewal;
@@ -61,6 +64,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 5*time.Second)
 	c.RateLimitPause = cmp.Or(c.RateLimitPause, time.Minute)
 	c.Announce = cmp.Or(c.Announce, 5)
+	c.Replicas = cmp.Or(c.Replicas, 1)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -176,18 +180,18 @@ func (a *Admitter) Start(ctx context.Context) error {
 	if a.stream, err = a.cfg.JS.Stream(ctx, n.JobsStream()); err != nil {
 		return fmt.Errorf("admission: stream %s: %w", n.JobsStream(), err)
 	}
-	t, err := OpenTenants(ctx, a.cfg.JS, n, true)
-	if err != nil {
-		return err
+	if a.tenants, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, tenantsBucket(n, a.cfg.Replicas)); err != nil {
+		return fmt.Errorf("admission: bucket %s: %w", n.TenantsBucket(), err)
 	}
-	a.tenants = t.kv
 	if a.state, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: n.AdmissionBucket(), Description: "agentfleet admission: spend per tenant and window, rate-limit pauses",
+		Replicas: a.cfg.Replicas,
 	}); err != nil {
 		return fmt.Errorf("admission: bucket %s: %w", n.AdmissionBucket(), err)
 	}
 	if a.lease, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: n.AdmitterBucket(), Description: "agentfleet admitter leadership lease", TTL: a.cfg.LeaseTTL,
+		Replicas: a.cfg.Replicas,
 	}); err != nil {
 		return fmt.Errorf("admission: bucket %s: %w", n.AdmitterBucket(), err)
 	}
@@ -472,6 +476,14 @@ func (a *Admitter) campaign(ctx context.Context) {
 	for ctx.Err() == nil {
 		at := time.Now()
 		rev, err := a.lease.Create(ctx, leaderKey, []byte(a.cfg.ID))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Still ours (a renewal failed during a server failover, say):
+			// take it back with a renewal rather than wait for it to expire.
+			if e, gerr := a.lease.Get(ctx, leaderKey); gerr == nil && string(e.Value()) == a.cfg.ID {
+				at = time.Now()
+				rev, err = a.lease.Update(ctx, leaderKey, []byte(a.cfg.ID), e.Revision())
+			}
+		}
 		if err == nil {
 			a.lead(ctx, rev, at)
 			continue

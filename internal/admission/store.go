@@ -32,9 +32,7 @@ func OpenTenants(ctx context.Context, js jetstream.JetStream, names protocol.Nam
 		err error
 	)
 	if create {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: names.TenantsBucket(), Description: "agentfleet tenant admission settings", History: 5,
-		})
+		kv, err = js.CreateOrUpdateKeyValue(ctx, tenantsBucket(names, 1))
 	} else {
 		kv, err = js.KeyValue(ctx, names.TenantsBucket())
 	}
@@ -42,6 +40,12 @@ func OpenTenants(ctx context.Context, js jetstream.JetStream, names protocol.Nam
 		return nil, fmt.Errorf("admission: bucket %s: %w", names.TenantsBucket(), err)
 	}
 	return &Tenants{kv: kv}, nil
+}
+
+func tenantsBucket(names protocol.Names, replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket: names.TenantsBucket(), Description: "agentfleet tenant admission settings", History: 5, Replicas: replicas,
+	}
 }
 
 // Get returns a tenant's settings, or ErrNoTenant.

@@ -90,7 +90,8 @@ func New(cfg Config) (*Service, error) {
 	}
 	ac := cfg.Admission
 	ac.JS, ac.NC, ac.Names, ac.Logger = js, cfg.NC, cfg.Provision.Names, cfg.Logger
-	ac.Policy.FleetCap = cfg.Provision.WithDefaults().MaxConcurrency
+	pc := cfg.Provision.WithDefaults()
+	ac.Policy.FleetCap, ac.Replicas = pc.MaxConcurrency, pc.Replicas
 	if _, err := admission.New(ac); err != nil { // validates
 		return nil, err
 	}
