@@ -109,7 +109,9 @@ func (c *Collector) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(n.JobsWildcard()))
+	// Both the jobs waiting for admission (<prefix>.jobs.<tenant>) and the
+	// admitted ones (<prefix>.work.<tenant>, internal/admission).
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -130,20 +132,32 @@ func (c *Collector) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	delivered := cons.CachedInfo().Delivered.Stream
 	total := 0
+	counts, oldest := map[string]int{}, map[string]time.Time{}
 	for subj, count := range info.State.Subjects {
 		tenant, err := n.ParseJobSubject(subj)
 		if err != nil {
 			continue
 		}
-		q := TenantQueue{Running: running[tenant], Waiting: max(0, int(count)-running[tenant])}
-		if q.Waiting > 0 {
-			// The oldest job after the last one delivered.
-			if m, err := st.GetMsg(ctx, delivered+1, jetstream.WithGetMsgSubject(subj)); err == nil {
-				q.OldestWait = max(0, s.At.Sub(m.Time))
+		counts[tenant] += int(count)
+		total += int(count)
+		// The oldest job not delivered: the first still waiting for
+		// admission, or the first admitted after the last one delivered.
+		from := uint64(1)
+		if _, admitted := n.ParseWorkSubject(subj); admitted {
+			from = delivered + 1
+		}
+		if m, err := st.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj)); err == nil {
+			if o, ok := oldest[tenant]; !ok || m.Time.Before(o) {
+				oldest[tenant] = m.Time
 			}
 		}
+	}
+	for tenant, count := range counts {
+		q := TenantQueue{Running: running[tenant], Waiting: max(0, count-running[tenant])}
+		if o, ok := oldest[tenant]; ok && q.Waiting > 0 {
+			q.OldestWait = max(0, s.At.Sub(o))
+		}
 		s.Tenants[tenant] = q
-		total += int(count)
 	}
 	s.DesiredWorkers = int(math.Ceil(float64(total) / float64(c.slots)))
 	c.lastSnapshot = s
