@@ -36,6 +36,8 @@ func noSpace(err error) bool {
 
 // Full reports why the journal cannot take lines now (nil when it can), and
 // a channel closed once it can again.
+//
+//lint:ignore ST1008 the reason is Full's answer, not a failure of the call.
 func (j *Journal) Full() (reason error, recovered <-chan struct{}) {
 	j.space.mu.Lock()
 	defer j.space.mu.Unlock()
