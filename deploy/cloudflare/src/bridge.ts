@@ -7,6 +7,17 @@ import { placeholderEnv } from './egress';
 import type { Env } from './env';
 import { errorResponse, fromSdkError, HttpError, invalid, jsonResponse, toErrorResponse } from './errors';
 import { buildCommand, parseArgv } from './shell';
+import {
+  appendCommand,
+  ensureFifo,
+  holderCommand,
+  holderId,
+  MAX_STDIN_WRITE,
+  parseAppliedOffset,
+  parseStdinOffset,
+  planWrite,
+  stdinPaths,
+} from './stdin';
 import { DEFAULT_PING_MS, openProcessStream, type StreamSandbox } from './stream';
 import {
   checkProcId,
@@ -57,6 +68,7 @@ interface SandboxApi extends StreamSandbox {
   killProcess(id: string, signal?: string): Promise<void>;
   writeFile(path: string, content: string, options?: { encoding?: string }): Promise<unknown>;
   readFileStream(path: string): Promise<ReadableStream<Uint8Array>>;
+  exec(command: string, options?: { timeout?: number }): Promise<{ exitCode: number; stderr?: string }>;
   destroy(): Promise<void>;
 }
 
@@ -106,6 +118,13 @@ function publicStatus(status: string): string {
 
 const TERMINAL = new Set(['completed', 'failed', 'killed', 'error']);
 
+/** Base64 of bytes, for the SDK's writeFile (chunked: no huge argument lists). */
+function toBase64(buf: Uint8Array): string {
+  let bin = '';
+  for (let i = 0; i < buf.length; i += 0x8000) bin += String.fromCharCode(...buf.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
 // ---- handlers ---------------------------------------------------------------
 
 async function putSandbox(env: Env, id: string, request: Request, o: Required<BridgeOptions>): Promise<Response> {
@@ -133,9 +152,14 @@ async function startProc(env: Env, id: string, request: Request, o: Required<Bri
   const stdinPath = body.stdin_path === undefined || body.stdin_path === null ? undefined : resolveWorkspacePath(body.stdin_path, 'stdin_path');
   const timeoutMs = parseTimeoutMs(body.timeout_ms);
   const procEnv = { ...placeholderEnv(env), ...parseEnv(body.env) };
-  const command = buildCommand({ argv, stdinPath, timeoutMs });
+  if (body.stdin !== undefined && body.stdin !== null && body.stdin !== 'pipe') throw invalid('invalid_stdin', 'stdin must be "pipe" when given');
+  const pipe = body.stdin === 'pipe';
+  if (pipe && stdinPath !== undefined) throw invalid('invalid_stdin', 'stdin "pipe" and stdin_path are mutually exclusive');
+  const sp = stdinPaths(procId);
+  const command = pipe ? `${ensureFifo(sp)} && ${buildCommand({ argv, stdinPath: sp.fifo, timeoutMs })}` : buildCommand({ argv, stdinPath, timeoutMs });
 
   const sb = sandboxFor(env, id);
+  if (pipe) await startHolder(sb, procId);
   const reply = (p: ProcessInfo): Response => jsonResponse({ proc_id: procId, pid: typeof p.pid === 'number' ? p.pid : null });
   const sameCommand = (p: ProcessInfo): boolean => typeof p.command !== 'string' || p.command === command;
 
@@ -156,6 +180,81 @@ async function startProc(env: Env, id: string, request: Request, o: Required<Bri
     }
     throw fromSdkError(err);
   }
+}
+
+/** Starts (idempotently) the process that holds the FIFO's write end open. */
+async function startHolder(sb: SandboxApi, procId: string): Promise<void> {
+  const hid = holderId(procId);
+  if (await sb.getProcess(hid)) return;
+  // The FIFO exists before start returns: a first write can neither find it
+  // missing nor create a regular file in its place.
+  const r = await sb.exec(ensureFifo(stdinPaths(procId)));
+  if (r.exitCode !== 0) throw new HttpError(502, 'stdin_setup_failed', `could not create the stdin pipe of process ${procId} (exit ${r.exitCode})`);
+  try {
+    await sb.startProcess(holderCommand(stdinPaths(procId)), { processId: hid, autoCleanup: false });
+  } catch (err) {
+    if (await sb.getProcess(hid).catch(() => null)) return; // a concurrent start won
+    throw fromSdkError(err);
+  }
+}
+
+async function readText(sb: SandboxApi, path: string): Promise<string | null> {
+  try {
+    const { content } = await collectFile(await sb.readFileStream(path));
+    return typeof content === 'string' ? content : new TextDecoder().decode(content);
+  } catch (err) {
+    const e = fromSdkError(err);
+    if (e.status === 404) return null;
+    throw e;
+  }
+}
+
+/** Looks up an interactive process: 404 unknown, 409 not interactive. */
+async function interactiveProc(sb: SandboxApi, id: string, procId: string): Promise<ProcessInfo> {
+  const p = await sb.getProcess(procId);
+  if (!p) throw new HttpError(404, 'proc_not_found', `no process ${procId} in sandbox ${id}`);
+  if (!(await sb.getProcess(holderId(procId)))) throw new HttpError(409, 'not_interactive', `process ${procId} was not started with stdin "pipe"`);
+  return p;
+}
+
+async function writeStdin(env: Env, id: string, procId: string, url: URL, request: Request): Promise<Response> {
+  const off = parseStdinOffset(url.searchParams.get('off'));
+  const len = Number(request.headers.get('Content-Length') ?? '0');
+  if (len > MAX_STDIN_WRITE) throw new HttpError(413, 'payload_too_large', `stdin write larger than ${MAX_STDIN_WRITE} bytes`);
+  const buf = new Uint8Array(await request.arrayBuffer());
+  if (buf.byteLength > MAX_STDIN_WRITE) throw new HttpError(413, 'payload_too_large', `stdin write larger than ${MAX_STDIN_WRITE} bytes`);
+  const sb = sandboxFor(env, id);
+  const p = await interactiveProc(sb, id, procId);
+  const sp = stdinPaths(procId);
+  const applied = parseAppliedOffset(await readText(sb, sp.off));
+  const plan = planWrite(off, buf.byteLength, applied);
+  // A retry of a write that was applied succeeds in every state.
+  if (plan.kind === 'duplicate') return jsonResponse({ off: applied });
+  if (plan.kind === 'gap') {
+    return jsonResponse({ error: `write at offset ${off} but only ${applied} bytes were applied`, code: 'stdin_gap', off: applied }, 409);
+  }
+  if ((await readText(sb, sp.closed)) !== null) throw new HttpError(409, 'stdin_closed', `stdin of process ${procId} is closed`);
+  if (TERMINAL.has(p.status)) throw new HttpError(409, 'proc_exited', `process ${procId} has exited`);
+  const rest = buf.subarray(plan.skip);
+  await sb.writeFile(sp.chunk, toBase64(rest), { encoding: 'base64' });
+  const r = await sb.exec(appendCommand(sp, plan.end));
+  if (r.exitCode !== 0) {
+    const now = await sb.getProcess(procId);
+    if (!now || TERMINAL.has(now.status)) throw new HttpError(409, 'proc_exited', `process ${procId} has exited`);
+    // Not applied (the offset was not recorded): the client retries the same write.
+    throw new HttpError(503, 'stdin_write_failed', `writing to the stdin of process ${procId} failed (exit ${r.exitCode}); retry`);
+  }
+  return jsonResponse({ off: plan.end });
+}
+
+async function closeStdin(env: Env, id: string, procId: string): Promise<Response> {
+  const sb = sandboxFor(env, id);
+  await interactiveProc(sb, id, procId);
+  const sp = stdinPaths(procId);
+  await sb.writeFile(sp.closed, '');
+  const h = await sb.getProcess(holderId(procId));
+  if (h && !TERMINAL.has(h.status)) await sb.killProcess(holderId(procId), 'SIGKILL');
+  return jsonResponse({ closed: true });
 }
 
 async function getProc(env: Env, id: string, procId: string): Promise<Response> {
@@ -204,12 +303,10 @@ async function putFile(env: Env, id: string, url: URL, request: Request, o: Requ
   if (len > o.maxFileBytes) throw new HttpError(413, 'payload_too_large', `file larger than ${o.maxFileBytes} bytes`);
   const buf = new Uint8Array(await request.arrayBuffer());
   if (buf.byteLength > o.maxFileBytes) throw new HttpError(413, 'payload_too_large', `file larger than ${o.maxFileBytes} bytes`);
-  let bin = '';
-  for (let i = 0; i < buf.length; i += 0x8000) bin += String.fromCharCode(...buf.subarray(i, i + 0x8000));
   const sb = sandboxFor(env, id);
   const dir = parentDir(path);
   if (dir !== WORKSPACE) await sb.mkdir(dir, { recursive: true });
-  await sb.writeFile(path, btoa(bin), { encoding: 'base64' });
+  await sb.writeFile(path, toBase64(buf), { encoding: 'base64' });
   return new Response(null, { status: 204 });
 }
 
@@ -264,6 +361,14 @@ async function route(request: Request, env: Env, ctx: ExecutionContext, url: URL
     if (rest.length === 3 && rest[2] === 'stream') {
       if (m === 'GET') return streamProc(env, id, procId, request, url, ctx, o);
       return methodNotAllowed(['GET']);
+    }
+    if (rest.length === 3 && rest[2] === 'stdin') {
+      if (m === 'POST') return writeStdin(env, id, procId, url, request);
+      return methodNotAllowed(['POST']);
+    }
+    if (rest.length === 4 && rest[2] === 'stdin' && rest[3] === 'close') {
+      if (m === 'POST') return closeStdin(env, id, procId);
+      return methodNotAllowed(['POST']);
     }
     if (rest.length === 3 && rest[2] === 'kill') {
       if (m === 'POST') return killProc(env, id, procId, request, o);

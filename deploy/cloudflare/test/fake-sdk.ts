@@ -156,6 +156,68 @@ export class FakeSandbox {
     });
   });
 
+  /** Exit codes the next exec calls return without running (a failed or timed-out write). */
+  execFailures: number[] = [];
+
+  /**
+   * Runs the few shell forms the bridge's stdin route uses, on the in-memory
+   * files (a FIFO is a file that appends):
+   *   timeout N dd if='A' of='B' oflag=append conv=notrunc,nocreat status=none
+   *   printf '%s' 'V' > 'C'
+   *   timeout N sh -c 'until [ -e "$1" ]; do sleep 0.05; done' sh 'R'
+   *   mkdir -p 'D'
+   *   { mkfifo 'F' 2>/dev/null; [ -p 'F' ]; }
+   * joined by ` && `. Anything else fails with exit 127, so a change of the
+   * command is noticed by the tests.
+   */
+  exec = vi.fn(async (command: string, _o?: { timeout?: number }) => {
+    const fail = this.execFailures.shift();
+    if (fail !== undefined) return { exitCode: fail, stdout: '', stderr: 'scripted failure', success: false };
+    const q = "'((?:[^']|'\\\\'')*)'";
+    const unq = (v: string): string => v.replaceAll("'\\''", "'");
+    const dd = new RegExp(`^timeout [0-9]+ dd if=${q} of=${q} oflag=append conv=notrunc,nocreat status=none$`);
+    const pf = new RegExp(`^printf '%s' ${q} > ${q}$`);
+    const md = new RegExp(`^mkdir -p ${q}$`);
+    const wr = new RegExp(`^timeout [0-9]+ sh -c 'until \\[ -e "\\$1" \\]; do sleep 0\\.05; done' sh ${q}$`);
+    const mf = new RegExp(`^\\{ mkfifo ${q} 2>/dev/null; \\[ -p ${q} \\]; \\}$`);
+    for (const part of command.split(' && ')) {
+      let m = dd.exec(part);
+      if (m) {
+        const src = this.files.get(unq(m[1]!));
+        if (!src || !this.files.has(unq(m[2]!))) return { exitCode: 1, stdout: '', stderr: 'no such file', success: false };
+        const dst = this.files.get(unq(m[2]!)) ?? new Uint8Array();
+        const out = new Uint8Array(dst.length + src.length);
+        out.set(dst);
+        out.set(src, dst.length);
+        this.files.set(unq(m[2]!), out);
+        continue;
+      }
+      m = wr.exec(part);
+      if (m) {
+        // Waiting for a file that never comes: timeout's exit code.
+        if (!this.files.has(unq(m[1]!))) return { exitCode: 124, stdout: '', stderr: '', success: false };
+        continue;
+      }
+      m = md.exec(part);
+      if (m) {
+        this.dirs.add(unq(m[1]!));
+        continue;
+      }
+      m = mf.exec(part);
+      if (m) {
+        if (!this.files.has(unq(m[1]!))) this.files.set(unq(m[1]!), new Uint8Array());
+        continue;
+      }
+      m = pf.exec(part);
+      if (m) {
+        this.files.set(unq(m[2]!), encoder.encode(unq(m[1]!)));
+        continue;
+      }
+      return { exitCode: 127, stdout: '', stderr: `fake exec: unsupported command ${part}`, success: false };
+    }
+    return { exitCode: 0, stdout: '', stderr: '', success: true };
+  });
+
   destroy = vi.fn(async () => {
     this.procs.clear();
     this.files.clear();
