@@ -162,6 +162,12 @@ func (c CloudflareConfig) validate() error {
 // stdout feeds Process.Stdout, stderr feeds ProcSpec.Stderr and the kept
 // tail.
 //
+// Sandboxes are Interactive: StartInteractive starts the process with
+// "stdin": "pipe" (a FIFO in the container), and its Stdin writes go to
+// POST /proc/:id/stdin?off=N, chunked to 64 KiB, each carrying its byte
+// offset so a write retried after a lost answer is applied once; Close is
+// POST /proc/:id/stdin/close (cloudflare_stdin.go).
+//
 // Streams are distrusted. A stream that ends without an exit event, fails, or
 // stays silent for PingTimeout (no ": ping") is re-attached with
 // from=<stdout bytes delivered>,<stderr bytes delivered>, so every byte is
@@ -659,6 +665,7 @@ type cfStartBody struct {
 	Cwd       string            `json:"cwd,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	StdinPath string            `json:"stdin_path,omitempty"`
+	Stdin     string            `json:"stdin,omitempty"` // "pipe": interactive
 }
 
 // cfStartResp is the answer of POST /v1/sb/:id/proc.
@@ -672,6 +679,10 @@ type cfStartResp struct {
 // spec, or the process ID already names a different process), ErrUnavailable,
 // ErrClosed.
 func (s *cfSandbox) Start(ctx context.Context, spec ProcSpec) (Process, error) {
+	return s.start(ctx, spec, false)
+}
+
+func (s *cfSandbox) start(ctx context.Context, spec ProcSpec, interactive bool) (*cfProcess, error) {
 	if err := s.checkProcSpec(spec); err != nil {
 		return nil, fmt.Errorf("cloudflare: sandbox %s: start %s: %w", s.id, cfClip(spec.ID, 64), err)
 	}
@@ -690,6 +701,9 @@ func (s *cfSandbox) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 		return nil, fmt.Errorf("cloudflare: sandbox %s: start %s: %w", s.id, spec.ID, ErrClosed)
 	}
 	body := cfStartBody{ProcID: spec.ID, Argv: spec.Argv, Cwd: spec.Dir, Env: env}
+	if interactive {
+		body.Stdin = "pipe"
+	}
 	if len(spec.Stdin) > 0 {
 		body.StdinPath = cfStdinDir + "/stdin-" + spec.ID
 		if err := s.WriteFile(ctx, body.StdinPath, spec.Stdin); err != nil {

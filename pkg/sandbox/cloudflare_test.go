@@ -48,5 +48,6 @@ func TestCloudflareExercise(t *testing.T) {
 		SignalsReported: true,
 		LocalPIDs:       true,
 		SpawnErrors:     true,
+		Interactive:     true,
 	})
 }

@@ -99,12 +99,15 @@ type Fake struct {
 	dropAbort        bool
 	exitMode         ExitMode
 	noPings          bool
+	failStdin        int
+	failStdinAfter   bool
 
 	// counters
 	creates, deletes, unauthorized int
 	starts, launches, streams      map[string]int
 	kills                          map[string][]string
 	envs                           map[string][]string // sandbox/proc → env
+	stdinWrites                    map[string]int
 }
 
 type sandbox struct {
@@ -141,14 +144,15 @@ func New(tb testing.TB, opts Options) *Fake {
 		opts.BaseEnv = env
 	}
 	f := &Fake{
-		opts:      opts,
-		closing:   make(chan struct{}),
-		sandboxes: map[string]*sandbox{},
-		starts:    map[string]int{},
-		launches:  map[string]int{},
-		streams:   map[string]int{},
-		kills:     map[string][]string{},
-		envs:      map[string][]string{},
+		opts:        opts,
+		closing:     make(chan struct{}),
+		sandboxes:   map[string]*sandbox{},
+		starts:      map[string]int{},
+		launches:    map[string]int{},
+		streams:     map[string]int{},
+		kills:       map[string][]string{},
+		stdinWrites: map[string]int{},
+		envs:        map[string][]string{},
 	}
 	f.srv = httptest.NewServer(f.routes())
 	tb.Cleanup(f.Close)
@@ -316,6 +320,8 @@ func (f *Fake) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sb/{id}/proc", f.auth(f.withSandbox(f.handleStart)))
 	mux.HandleFunc("GET /v1/sb/{id}/proc/{pid}/stream", f.auth(f.withProc(f.handleStream)))
 	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/kill", f.auth(f.withProc(f.handleKill)))
+	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/stdin", f.auth(f.withProc(f.handleStdin)))
+	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/stdin/close", f.auth(f.withProc(f.handleStdinClose)))
 	mux.HandleFunc("GET /v1/sb/{id}/proc/{pid}", f.auth(f.withProc(f.handleStatus)))
 	mux.HandleFunc("PUT /v1/sb/{id}/file", f.auth(f.withSandbox(f.handlePutFile)))
 	mux.HandleFunc("GET /v1/sb/{id}/file", f.auth(f.withSandbox(f.handleGetFile)))

@@ -29,11 +29,12 @@ type startReq struct {
 	Env       map[string]string `json:"env"`
 	TimeoutMS int64             `json:"timeout_ms"`
 	StdinPath string            `json:"stdin_path"`
+	Stdin     string            `json:"stdin"`
 }
 
 func (a startReq) same(b startReq) bool {
 	return slices.Equal(a.Argv, b.Argv) && a.Cwd == b.Cwd && maps.Equal(a.Env, b.Env) &&
-		a.TimeoutMS == b.TimeoutMS && a.StdinPath == b.StdinPath
+		a.TimeoutMS == b.TimeoutMS && a.StdinPath == b.StdinPath && a.Stdin == b.Stdin
 }
 
 // chunk is one read of a process's stdout (fd 1) or stderr (fd 2).
@@ -62,6 +63,9 @@ type proc struct {
 	code    int
 
 	reaped chan struct{} // closed once run has finished
+
+	stdin   *stdinState // non-nil for "stdin": "pipe"
+	stdinMu sync.Mutex  // serializes stdin writes and close
 }
 
 func newProc(req startReq, pid int, window int64) *proc {
@@ -227,6 +231,24 @@ func (f *Fake) handleStart(w http.ResponseWriter, r *http.Request, sb *sandbox) 
 	defer f.mu.Unlock()
 
 	var stdin *os.File
+	switch {
+	case req.Stdin != "" && req.Stdin != "pipe":
+		writeError(w, http.StatusBadRequest, "invalid_stdin", "stdin must be \"pipe\" when given")
+		return
+	case req.Stdin == "pipe" && req.StdinPath != "":
+		writeError(w, http.StatusBadRequest, "invalid_stdin", "stdin \"pipe\" and stdin_path are mutually exclusive")
+		return
+	}
+	var stdinW *os.File
+	if req.Stdin == "pipe" {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "internal", err.Error())
+			return
+		}
+		defer pr.Close()
+		stdin, stdinW = pr, pw
+	}
 	if req.StdinPath != "" {
 		if err := checkPath(req.StdinPath); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_path", "stdin_path: "+err.Error())
@@ -274,12 +296,18 @@ func (f *Fake) handleStart(w http.ResponseWriter, r *http.Request, sb *sandbox) 
 		outW.Close()
 		errR.Close()
 		errW.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
 		writeError(w, http.StatusBadRequest, "spawn_failed", err.Error())
 		return
 	}
 	outW.Close()
 	errW.Close()
 	p := newProc(req, cmd.Process.Pid, f.opts.OutputWindow)
+	if stdinW != nil {
+		p.stdin = &stdinState{w: stdinW}
+	}
 	sb.procs[req.ProcID] = p
 	f.launches[req.ProcID]++
 	f.envs[sb.id+"/"+req.ProcID] = env
@@ -330,6 +358,9 @@ func (f *Fake) run(p *proc, cmd *exec.Cmd, outR, errR *os.File) {
 	err := cmd.Wait()
 	if timer != nil {
 		timer.Stop()
+	}
+	if p.stdin != nil {
+		_ = p.stdin.w.Close() // the FIFO's reader is gone; the file was ours
 	}
 	status, code := "completed", 0
 	var ee *exec.ExitError
