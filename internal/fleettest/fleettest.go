@@ -146,7 +146,9 @@ func New(t testing.TB, o Opts) *Fleet {
 		Admission: o.Admission,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: on a 3-node cluster, provisioning R3 streams and KV buckets
+	// while every test package runs at once on 2 cores took over 30s in CI.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	require.NoError(t, f.Disp.Start(ctx))
 	t.Cleanup(func() { _ = f.Disp.Stop(context.Background()) })
