@@ -124,7 +124,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		return fleetcli.ExitUsage
 	}
 	reg.MustRegister(queue)
-	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: uiToken, Logger: &log})
+	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: uiToken, Objects: objects, Logger: &log})
 	if err != nil {
 		log.Error().Err(err).Msg("dashboard")
 		return 1

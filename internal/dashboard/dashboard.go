@@ -45,6 +45,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 //go:embed web
@@ -62,6 +63,9 @@ type Config struct {
 	// Token, when set, is required of every request; else only loopback
 	// clients are served.
 	Token string
+	// Objects is the fleet's storage, where workspace diffs are; when nil
+	// the query page shows a workspace's changed files but not its diff.
+	Objects storage.Store
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
@@ -106,6 +110,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /queries", h.queries)
 	h.mux.HandleFunc("GET /q/{tenant}/{id}", h.query)
 	h.mux.HandleFunc("GET /q/{tenant}/{id}/events", h.events)
+	h.mux.HandleFunc("GET /q/{tenant}/{id}/diff", h.diff)
 	h.mux.HandleFunc("POST /q/{tenant}/{id}/cancel", h.cancel)
 	h.mux.HandleFunc("POST /q/{tenant}/{id}/input", h.sessionOp)
 	h.mux.HandleFunc("POST /q/{tenant}/{id}/approve", h.sessionOp)
@@ -309,6 +314,42 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) back(w http.ResponseWriter, r *http.Request, ref protocol.QueryRef, notice string) {
 	http.Redirect(w, r, "/q/"+url.PathEscape(ref.Tenant)+"/"+url.PathEscape(ref.ID)+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
+// maxDiffBytes is how much of a workspace diff the page shows.
+const maxDiffBytes = 2 << 20
+
+// diff serves a workspace job's stored diff (text/plain), at most
+// maxDiffBytes of it; `dispatcher diff` prints it whole.
+func (h *Handler) diff(w http.ResponseWriter, r *http.Request) {
+	ref, ok := h.ref(r)
+	if !ok {
+		http.Error(w, "bad tenant or id", http.StatusBadRequest)
+		return
+	}
+	if h.cfg.Objects == nil {
+		http.Error(w, "this dashboard has no storage to read diffs from", http.StatusNotFound)
+		return
+	}
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	b, err := h.cfg.Objects.Get(ctx, storage.DiffKey(ref.Tenant, ref.ID))
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		http.Error(w, "no workspace diff stored for this query", http.StatusNotFound)
+		return
+	case err != nil:
+		http.Error(w, "reading the diff: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if len(b) > maxDiffBytes {
+		_, _ = w.Write(b[:maxDiffBytes])
+		_, _ = fmt.Fprintf(w, "\n… %d more bytes: dispatcher diff %s --tenant %s\n", len(b)-maxDiffBytes, ref.ID, ref.Tenant)
+		return
+	}
+	_, _ = w.Write(b)
 }
 
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {

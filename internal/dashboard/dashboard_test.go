@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 func TestMain(m *testing.M) { fleettest.Main(m) }
@@ -43,7 +45,7 @@ func setup(t *testing.T, token string) *testBundle {
 	t.Cleanup(func() { _ = svc.Stop() })
 	q, err := fleetmetrics.New(f.Client, 2)
 	require.NoError(t, err)
-	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Logger: &f.Logger})
+	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Objects: f.Objects, Logger: &f.Logger})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -60,6 +62,37 @@ func submit(t *testing.T, f *fleettest.Fleet, id, prompt string) {
 }
 
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// A workspace job's stored diff is served as text behind the token, and a
+// query with none, or a bad id, gets a clear 404 or 400.
+func TestWorkspaceDiff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "s3cret")
+	patch := []byte("diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -1 +1 @@\n-old\n+new\n")
+	require.NoError(t, b.f.Objects.Put(context.Background(), storage.DiffKey("default", "wd-1"), patch))
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{CheckRedirect: noRedirect}).Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get("/q/default/wd-1/diff", "s3cret")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, string(patch), body)
+	code, _ = get("/q/default/wd-1/diff", "")
+	require.NotEqual(t, http.StatusOK, code, "the diff needs the token")
+	code, body = get("/q/default/none/diff", "s3cret")
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, body, "no workspace diff")
+	code, _ = get("/q/default/bad..id/diff", "s3cret")
+	require.Equal(t, http.StatusBadRequest, code)
+}
 
 // Without the token every page and action is refused; with it (header or
 // the /login cookie) they are served. Without a token only loopback

@@ -92,6 +92,11 @@
     document.getElementById("files").textContent = (a.files || []).map(function (f) {
       return (f.status || "M") + " " + f.path + (f.binary ? " (binary)" : " +" + (f.additions || 0) + " −" + (f.deletions || 0));
     }).join("\n");
+    if (a.diff_key && a.diff_bytes > 0) {
+      fetch(location.pathname + "/diff", { credentials: "same-origin" }).then(function (r) {
+        return r.ok ? r.text() : "";
+      }).then(function (t) { document.getElementById("diff").textContent = t; });
+    }
   });
   es.addEventListener("end", function () {
     ended = true;
