@@ -340,6 +340,27 @@ type journalCloser interface {
 	Close(final bool) error
 }
 
+// flushed waits until every line of the run is in the stream. When they
+// cannot all be, it closes the journal (not final: the next attempt or a
+// restarted worker continues from it) and either steps aside (fenced: a
+// later attempt owns the query) or hands the job back; it then reports
+// false and the caller publishes nothing more. while names the step for
+// the log.
+func (q *query) flushed(ctx context.Context, rel *relay, jl journalCloser, while string) bool {
+	err := rel.flush(ctx)
+	if err == nil {
+		return true
+	}
+	_ = jl.Close(false)
+	if errors.Is(err, errFenced) {
+		q.w.metrics.jobs.WithLabelValues("fenced").Inc()
+		q.log.Warn().Msg("fenced while " + while + ": a later attempt or another writer owns the query")
+		return false
+	}
+	q.retry(fmt.Errorf("not every line reached the stream: %w", err), "")
+	return false
+}
+
 // settle ends a run with a terminal outcome: every line in the stream, then
 // the status, then the ack.
 func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started time.Time) {
@@ -349,14 +370,7 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 	// attempt continues after what is stored.
 	fctx, cancel := context.WithTimeout(context.Background(), w.cfg.FlushTimeout)
 	defer cancel()
-	if err := rel.flush(fctx); err != nil {
-		_ = jl.Close(false)
-		if errors.Is(err, errFenced) {
-			w.metrics.jobs.WithLabelValues("fenced").Inc()
-			q.log.Warn().Msg("fenced while flushing: a later attempt or another writer owns the query")
-			return
-		}
-		q.retry(fmt.Errorf("not every line reached the stream: %w", err), "")
+	if !q.flushed(fctx, rel, jl, "flushing") {
 		return
 	}
 	if err := jl.Close(true); err != nil {

@@ -451,14 +451,7 @@ func (q *query) park(rel *relay, jl journalCloser) {
 	w := q.w
 	fctx, cancel := context.WithTimeout(context.Background(), w.cfg.FlushTimeout)
 	defer cancel()
-	if err := rel.flush(fctx); err != nil {
-		_ = jl.Close(false)
-		if errors.Is(err, errFenced) {
-			w.metrics.jobs.WithLabelValues("fenced").Inc()
-			q.log.Warn().Msg("fenced while parking: a later attempt or another writer owns the query")
-			return
-		}
-		q.retry(fmt.Errorf("not every line reached the stream: %w", err), "")
+	if !q.flushed(fctx, rel, jl, "parking") {
 		return
 	}
 	if err := jl.Close(false); err != nil {
