@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -272,34 +271,6 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	q.finish(rel, jl, out, runErr, started)
 }
 
-// outcome is how a run that got as far as its relay ends: the cases of the
-// package doc's Outcomes list (an invalid job never gets here).
-type outcome int
-
-const (
-	outcomeTerminal outcome = iota // the agent's result, or a synthetic one
-	outcomeRetry                   // infrastructure failure: Nak with backoff
-	outcomeHandback                // shutdown: Nak at once
-	outcomeFenced                  // a later attempt owns the query
-	outcomeParked                  // a session parked: parked status, Ack (session.go)
-)
-
-// outcomeOf decides the outcome; the order of the checks is their
-// precedence.
-func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
-	switch {
-	case q.fenced.Load():
-		return outcomeFenced
-	case out.HandedBack:
-		return outcomeHandback
-	case q.sess != nil && q.sess.parked && runErr == nil:
-		return outcomeParked
-	case runErr != nil && out.Result == nil:
-		return outcomeRetry
-	}
-	return outcomeTerminal
-}
-
 // finish is the one exit of a run whose relay and journal log are open:
 // whatever the outcome, the relay is shut down (its goroutine has returned
 // when finish does) and the journal log is closed, then the message is
@@ -400,116 +371,6 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 	q.log.Info().Str("state", string(ev.State)).Uint64("lines", out.Lines).Dur("took", time.Since(started)).Msg("job done")
 }
 
-// claim reads whether a cancel is on record, claims the query for this
-// attempt (a "retrying" status for a redelivery, then "running") and reads
-// the Fleet-Seq the attempt continues from. The claim comes first: after it
-// is stored no older attempt can add a line, so the Fleet-Seq read next is
-// final.
-func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence.Verdict, err error) {
-	w, job := q.w, q.job
-	// The cancel lookup is independent of the claim: ask at once. The
-	// result is always received before claim returns.
-	type ctlResult struct {
-		cancelled bool
-		err       error
-	}
-	ctl := make(chan ctlResult, 1)
-	go func() {
-		c, err := q.cancelOnRecord(ctx)
-		ctl <- ctlResult{c, err}
-	}()
-	ctlDone := false
-	waitCtl := func() error {
-		if !ctlDone {
-			r := <-ctl
-			ctlDone, cancelled = true, r.cancelled
-			if r.err != nil {
-				return fmt.Errorf("reading the query's control history: %w", r.err)
-			}
-		}
-		return nil
-	}
-	defer func() { _ = waitCtl() }()
-	q.fw = fence.NewWriter(fence.Config{
-		JS: w.js, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryStatus(job.Tenant, job.ID),
-		Owner:   fence.Owner{JobSeq: q.jobSeq(), Attempt: q.attempt, Worker: w.cfg.ID},
-		Timeout: w.cfg.PublishTimeout,
-		OnRetry: func(op string, try int, err error) {
-			if try == 1 || try%20 == 0 {
-				q.log.Warn().Err(err).Int("try", try).Msg(op + " failed; retrying")
-			}
-		},
-	})
-	switch {
-	case q.attempt > 1:
-		// Announces the new attempt before anything else.
-		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRetrying}))
-		if err == nil && v == fence.Proceed {
-			if err = waitCtl(); err == nil && !cancelled && job.Workspace == nil {
-				// A workspace job's "running" follows its checkout.
-				v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
-			}
-		}
-	case job.Workspace == nil:
-		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
-	default:
-		// A first attempt whose first status comes after the checkout:
-		// its lines are fenced as soon as a later attempt claims.
-		v, err = q.fw.Expect(ctx)
-	}
-	if err != nil || v != fence.Proceed {
-		return 0, false, v, err
-	}
-	m, err := fence.LastMsg(ctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return 0, false, 0, fmt.Errorf("reading the query's last line: %w", err)
-	default:
-		base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
-	}
-	if err := waitCtl(); err != nil {
-		return 0, false, 0, err
-	}
-	return base, cancelled, fence.Proceed, nil
-}
-
-// ack acks the job, retrying each DoubleAck on its own short context until
-// the server confirms it, the job is known to be owned by a later attempt,
-// or AckWait has passed (then the job is redelivered, and the redelivery
-// finds the terminal status and acks it without running it).
-func (q *query) ack(ctx context.Context) {
-	w := q.w
-	deadline := time.Now().Add(max(q.ackWait, 10*time.Second))
-	backoff := 50 * time.Millisecond
-	for try := 1; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
-		err := q.msg.DoubleAck(actx)
-		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			return
-		}
-		if try == 1 || try%20 == 0 {
-			q.log.Warn().Err(err).Int("try", try).Msg("ack failed; retrying")
-		}
-		if time.Now().After(deadline) {
-			q.log.Warn().Err(err).Msg("ack still failing after AckWait; the redelivery will find the terminal status and ack the job")
-			return
-		}
-		if q.fw != nil {
-			rctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
-			v, rerr := q.fw.Recheck(rctx)
-			cancel()
-			if rerr == nil && v == fence.Superseded {
-				q.log.Warn().Msg("a later attempt owns the job; it acks it")
-				return
-			}
-		}
-		_ = sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
 // event fills in this attempt's fields of a status event.
 func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	ev.V = protocol.SchemaVersion
@@ -519,72 +380,6 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 		ev.At = time.Now().UTC()
 	}
 	return ev
-}
-
-// jobSeq is the job's sequence in the work-queue stream.
-func (q *query) jobSeq() uint64 { return jobSeqOf(q.msg) }
-
-// jobSeqOf is the sequence of the job's submission: the admitter's
-// Fleet-Job-Seq header on an admitted job, else the message's own.
-func jobSeqOf(msg jetstream.Msg) uint64 {
-	if v, err := strconv.ParseUint(msg.Headers().Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
-		return v
-	}
-	md, err := msg.Metadata()
-	if err != nil {
-		return 0
-	}
-	return md.Sequence.Stream
-}
-
-// queuedAt is when the job was stored in the work queue.
-func (q *query) queuedAt() time.Time {
-	md, err := q.msg.Metadata()
-	if err != nil {
-		return time.Time{}
-	}
-	return md.Timestamp
-}
-
-// cancelOnRecord reports whether a cancel is on record: a
-// {"op":"cancel"} on the query's ctl subject (kept by the FLEET_QUERIES
-// stream, so a job cancelled while queued is never started) stored after
-// the job itself, so a cancel of an earlier run of the same id does not
-// cancel a new submission.
-func (q *query) cancelOnRecord(ctx context.Context) (bool, error) {
-	w, job := q.w, q.job
-	st, err := w.queriesStream(ctx)
-	if err != nil {
-		return false, err
-	}
-	ctlMsg, err := st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	var op protocol.CtlOp
-	return json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel && !ctlMsg.Time.Before(q.queuedAt()), nil
-}
-
-// queriesStream is the FLEET_QUERIES handle, looked up once (a handle is
-// only the stream's name and cached info; message gets go to the server).
-func (w *Worker) queriesStream(ctx context.Context) (jetstream.Stream, error) {
-	w.mu.Lock()
-	st := w.queries
-	w.mu.Unlock()
-	if st != nil {
-		return st, nil
-	}
-	st, err := w.js.Stream(ctx, w.names.QueriesStream())
-	if err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	w.queries = st
-	w.mu.Unlock()
-	return st, nil
 }
 
 // subscribe listens for cancel on .ctl and for a later attempt on .status.
@@ -735,54 +530,6 @@ func sandboxID(job *protocol.Job, attempt int) string {
 		id = id[len(id)-128:]
 	}
 	return id
-}
-
-// terminalStatus maps a run's outcome to its terminal status event.
-func terminalStatus(out agent.Outcome) protocol.StatusEvent {
-	r := out.Result
-	sum := &protocol.ResultSummary{
-		Subtype: r.Subtype, IsError: r.IsError, NumTurns: r.NumTurns, DurationMS: r.DurationMS,
-		TotalCostUSD: r.TotalCostUSD, SessionID: r.SessionID, Errors: r.Errors, Usage: r.Usage,
-		Synthetic: out.Synthetic,
-	}
-	ev := protocol.StatusEvent{State: protocol.StateSucceeded, Result: sum}
-	if !r.IsError {
-		return ev
-	}
-	ev.State = protocol.StateFailed
-	code := protocol.CodeAgentError
-	switch out.Reason {
-	case protocol.ReasonCancelled:
-		ev.State, code = protocol.StateCancelled, protocol.CodeCancelled
-	case protocol.ReasonTimeout:
-		code = protocol.CodeTimeout
-	case protocol.ReasonProcessExit:
-		code = protocol.CodeProcessExit
-	case protocol.ReasonSpawnFailed:
-		code = protocol.CodeSpawnFailed
-	case protocol.ReasonOutputTooLarge:
-		code = protocol.CodeOutputTooLarge
-	case protocol.ReasonWorkspaceCheckout:
-		code = protocol.CodeWorkspaceCheckout
-	}
-	msg := "the agent reported an error"
-	if len(r.Errors) > 0 {
-		msg = r.Errors[0]
-	} else if r.Result != nil && *r.Result != "" {
-		msg = *r.Result
-	}
-	if x := r.XFleet; x != nil && x.StderrTail != "" {
-		// Often the whole story, e.g. a flag the agent refused.
-		sum.StderrTail = protocol.StatusStderrTail(x.StderrTail)
-		if last := protocol.StderrLastLine(x.StderrTail); last != "" {
-			msg += " · stderr: " + last
-		}
-	}
-	if len(msg) > 1024 {
-		msg = strings.ToValidUTF8(msg[:1024], "")
-	}
-	ev.Error = &protocol.ErrorInfo{Code: code, Message: msg}
-	return ev
 }
 
 // failedSandbox stands for a sandbox that could not be created for a

@@ -1,0 +1,191 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// claim reads whether a cancel is on record, claims the query for this
+// attempt (a "retrying" status for a redelivery, then "running") and reads
+// the Fleet-Seq the attempt continues from. The claim comes first: after it
+// is stored no older attempt can add a line, so the Fleet-Seq read next is
+// final.
+func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence.Verdict, err error) {
+	w, job := q.w, q.job
+	// The cancel lookup is independent of the claim: ask at once. The
+	// result is always received before claim returns.
+	type ctlResult struct {
+		cancelled bool
+		err       error
+	}
+	ctl := make(chan ctlResult, 1)
+	go func() {
+		c, err := q.cancelOnRecord(ctx)
+		ctl <- ctlResult{c, err}
+	}()
+	ctlDone := false
+	waitCtl := func() error {
+		if !ctlDone {
+			r := <-ctl
+			ctlDone, cancelled = true, r.cancelled
+			if r.err != nil {
+				return fmt.Errorf("reading the query's control history: %w", r.err)
+			}
+		}
+		return nil
+	}
+	defer func() { _ = waitCtl() }()
+	q.fw = fence.NewWriter(fence.Config{
+		JS: w.js, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryStatus(job.Tenant, job.ID),
+		Owner:   fence.Owner{JobSeq: q.jobSeq(), Attempt: q.attempt, Worker: w.cfg.ID},
+		Timeout: w.cfg.PublishTimeout,
+		OnRetry: func(op string, try int, err error) {
+			if try == 1 || try%20 == 0 {
+				q.log.Warn().Err(err).Int("try", try).Msg(op + " failed; retrying")
+			}
+		},
+	})
+	switch {
+	case q.attempt > 1:
+		// Announces the new attempt before anything else.
+		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRetrying}))
+		if err == nil && v == fence.Proceed {
+			if err = waitCtl(); err == nil && !cancelled && job.Workspace == nil {
+				// A workspace job's "running" follows its checkout.
+				v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+			}
+		}
+	case job.Workspace == nil:
+		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+	default:
+		// A first attempt whose first status comes after the checkout:
+		// its lines are fenced as soon as a later attempt claims.
+		v, err = q.fw.Expect(ctx)
+	}
+	if err != nil || v != fence.Proceed {
+		return 0, false, v, err
+	}
+	m, err := fence.LastMsg(ctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, false, 0, fmt.Errorf("reading the query's last line: %w", err)
+	default:
+		base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+	}
+	if err := waitCtl(); err != nil {
+		return 0, false, 0, err
+	}
+	return base, cancelled, fence.Proceed, nil
+}
+
+// ack acks the job, retrying each DoubleAck on its own short context until
+// the server confirms it, the job is known to be owned by a later attempt,
+// or AckWait has passed (then the job is redelivered, and the redelivery
+// finds the terminal status and acks it without running it).
+func (q *query) ack(ctx context.Context) {
+	w := q.w
+	deadline := time.Now().Add(max(q.ackWait, 10*time.Second))
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+		err := q.msg.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return
+		}
+		if try == 1 || try%20 == 0 {
+			q.log.Warn().Err(err).Int("try", try).Msg("ack failed; retrying")
+		}
+		if time.Now().After(deadline) {
+			q.log.Warn().Err(err).Msg("ack still failing after AckWait; the redelivery will find the terminal status and ack the job")
+			return
+		}
+		if q.fw != nil {
+			rctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+			v, rerr := q.fw.Recheck(rctx)
+			cancel()
+			if rerr == nil && v == fence.Superseded {
+				q.log.Warn().Msg("a later attempt owns the job; it acks it")
+				return
+			}
+		}
+		_ = sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// jobSeq is the job's sequence in the work-queue stream.
+func (q *query) jobSeq() uint64 { return jobSeqOf(q.msg) }
+
+// jobSeqOf is the sequence of the job's submission: the admitter's
+// Fleet-Job-Seq header on an admitted job, else the message's own.
+func jobSeqOf(msg jetstream.Msg) uint64 {
+	if v, err := strconv.ParseUint(msg.Headers().Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+// queuedAt is when the job was stored in the work queue.
+func (q *query) queuedAt() time.Time {
+	md, err := q.msg.Metadata()
+	if err != nil {
+		return time.Time{}
+	}
+	return md.Timestamp
+}
+
+// cancelOnRecord reports whether a cancel is on record: a
+// {"op":"cancel"} on the query's ctl subject (kept by the FLEET_QUERIES
+// stream, so a job cancelled while queued is never started) stored after
+// the job itself, so a cancel of an earlier run of the same id does not
+// cancel a new submission.
+func (q *query) cancelOnRecord(ctx context.Context) (bool, error) {
+	w, job := q.w, q.job
+	st, err := w.queriesStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	ctlMsg, err := st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	var op protocol.CtlOp
+	return json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel && !ctlMsg.Time.Before(q.queuedAt()), nil
+}
+
+// queriesStream is the FLEET_QUERIES handle, looked up once (a handle is
+// only the stream's name and cached info; message gets go to the server).
+func (w *Worker) queriesStream(ctx context.Context) (jetstream.Stream, error) {
+	w.mu.Lock()
+	st := w.queries
+	w.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := w.js.Stream(ctx, w.names.QueriesStream())
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.queries = st
+	w.mu.Unlock()
+	return st, nil
+}

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"strings"
+
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// outcome is how a run that got as far as its relay ends: the cases of the
+// package doc's Outcomes list (an invalid job never gets here).
+type outcome int
+
+const (
+	outcomeTerminal outcome = iota // the agent's result, or a synthetic one
+	outcomeRetry                   // infrastructure failure: Nak with backoff
+	outcomeHandback                // shutdown: Nak at once
+	outcomeFenced                  // a later attempt owns the query
+	outcomeParked                  // a session parked: parked status, Ack (session.go)
+)
+
+// outcomeOf decides the outcome; the order of the checks is their
+// precedence.
+func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
+	switch {
+	case q.fenced.Load():
+		return outcomeFenced
+	case out.HandedBack:
+		return outcomeHandback
+	case q.sess != nil && q.sess.parked && runErr == nil:
+		return outcomeParked
+	case runErr != nil && out.Result == nil:
+		return outcomeRetry
+	}
+	return outcomeTerminal
+}
+
+// terminalStatus maps a run's outcome to its terminal status event.
+func terminalStatus(out agent.Outcome) protocol.StatusEvent {
+	r := out.Result
+	sum := &protocol.ResultSummary{
+		Subtype: r.Subtype, IsError: r.IsError, NumTurns: r.NumTurns, DurationMS: r.DurationMS,
+		TotalCostUSD: r.TotalCostUSD, SessionID: r.SessionID, Errors: r.Errors, Usage: r.Usage,
+		Synthetic: out.Synthetic,
+	}
+	ev := protocol.StatusEvent{State: protocol.StateSucceeded, Result: sum}
+	if !r.IsError {
+		return ev
+	}
+	ev.State = protocol.StateFailed
+	code := protocol.CodeAgentError
+	switch out.Reason {
+	case protocol.ReasonCancelled:
+		ev.State, code = protocol.StateCancelled, protocol.CodeCancelled
+	case protocol.ReasonTimeout:
+		code = protocol.CodeTimeout
+	case protocol.ReasonProcessExit:
+		code = protocol.CodeProcessExit
+	case protocol.ReasonSpawnFailed:
+		code = protocol.CodeSpawnFailed
+	case protocol.ReasonOutputTooLarge:
+		code = protocol.CodeOutputTooLarge
+	case protocol.ReasonWorkspaceCheckout:
+		code = protocol.CodeWorkspaceCheckout
+	}
+	msg := "the agent reported an error"
+	if len(r.Errors) > 0 {
+		msg = r.Errors[0]
+	} else if r.Result != nil && *r.Result != "" {
+		msg = *r.Result
+	}
+	if x := r.XFleet; x != nil && x.StderrTail != "" {
+		// Often the whole story, e.g. a flag the agent refused.
+		sum.StderrTail = protocol.StatusStderrTail(x.StderrTail)
+		if last := protocol.StderrLastLine(x.StderrTail); last != "" {
+			msg += " · stderr: " + last
+		}
+	}
+	if len(msg) > 1024 {
+		msg = strings.ToValidUTF8(msg[:1024], "")
+	}
+	ev.Error = &protocol.ErrorInfo{Code: code, Message: msg}
+	return ev
+}
