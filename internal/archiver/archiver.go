@@ -32,8 +32,14 @@ type Config struct {
 	// Delay is how long after a terminal status the query is looked at.
 	// Defaults to 10s.
 	Delay time.Duration
-	// ReadTimeout bounds reading one query's lines. Defaults to 1m.
+	// ReadTimeout bounds one repair (reading the query's lines and writing
+	// what is missing). A repair that runs out of it, or whose read stalls
+	// (a server restart in the middle of it, say), is retried later.
+	// Defaults to 30s.
 	ReadTimeout time.Duration
+	// Workers is how many queries are repaired at once, so that one slow
+	// or stalled repair never holds up the others. Defaults to 8.
+	Workers int
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
@@ -43,6 +49,13 @@ type Service struct {
 	cfg Config
 	js  jetstream.JetStream
 	log zerolog.Logger
+
+	// slots bounds the repairs in flight; work tracks them, and life ends
+	// them when the service stops.
+	slots chan struct{}
+	work  sync.WaitGroup
+	life  context.Context
+	end   context.CancelFunc
 
 	mu      sync.Mutex
 	cc      jetstream.ConsumeContext
@@ -57,7 +70,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("archiver: NC and Store are required")
 	}
 	cfg.Delay = cmp.Or(cfg.Delay, 10*time.Second)
-	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, time.Minute)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, 30*time.Second)
+	cfg.Workers = cmp.Or(cfg.Workers, 8)
 	if cfg.Logger == nil {
 		nop := zerolog.Nop()
 		cfg.Logger = &nop
@@ -66,7 +80,11 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, js: js, log: cfg.Logger.With().Str("component", "archiver").Logger()}, nil
+	life, end := context.WithCancel(context.Background())
+	return &Service{
+		cfg: cfg, js: js, log: cfg.Logger.With().Str("component", "archiver").Logger(),
+		slots: make(chan struct{}, cfg.Workers), life: life, end: end,
+	}, nil
 }
 
 // Start creates (or finds) the durable consumer and starts consuming. The
@@ -93,7 +111,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("archiver: consumer: %w", err)
 	}
-	cc, err := c.Consume(s.handle, jetstream.PullMaxMessages(64))
+	cc, err := c.Consume(s.handle, jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		s.log.Debug().Err(err).Msg("consuming status events")
+	}))
 	if err != nil {
 		return fmt.Errorf("archiver: consume: %w", err)
 	}
@@ -101,21 +121,30 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops consuming; the event being handled finishes first (bounded by
-// ctx). Safe to call twice and before Start.
+// Stop stops consuming and waits for the repairs in flight, bounded by
+// ctx; when ctx ends first they are cancelled (their events are
+// redelivered later, to this or another dispatcher). Safe to call twice
+// and before Start.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	cc := s.cc
 	s.stopped = true
 	s.mu.Unlock()
-	if cc == nil {
-		return nil
+	if cc != nil {
+		cc.Stop()
 	}
-	cc.Drain()
+	done := make(chan struct{})
+	go func() {
+		s.work.Wait()
+		close(done)
+	}()
+	defer s.end()
 	select {
-	case <-cc.Closed():
+	case <-done:
 		return nil
 	case <-ctx.Done():
+		s.end()
+		<-done
 		return ctx.Err()
 	}
 }
@@ -141,12 +170,35 @@ func (s *Service) handle(m jetstream.Msg) {
 		_ = m.NakWithDelay(s.cfg.Delay)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.ReadTimeout)
+	// The repair runs beside the others (up to Workers at once); the
+	// callback waits only for a free slot, which is the backpressure.
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.life.Done():
+		return // redelivered after the ack wait
+	}
+	s.work.Add(1)
+	go func() {
+		defer func() { <-s.slots; s.work.Done() }()
+		s.repairEvent(m, ev)
+	}()
+}
+
+func (s *Service) repairEvent(m jetstream.Msg, ev protocol.StatusEvent) {
+	ctx, cancel := context.WithTimeout(s.life, s.cfg.ReadTimeout)
 	defer cancel()
 	added, err := s.Repair(ctx, ev.Tenant, ev.ID)
 	if err != nil {
-		s.log.Warn().Err(err).Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("repairing the transcript failed; will retry")
-		_ = m.NakWithDelay(5 * time.Second)
+		if s.life.Err() != nil {
+			return // stopping: redelivered after the ack wait
+		}
+		delay := time.Second
+		if md, merr := m.Metadata(); merr == nil {
+			delay = retryDelay(md.NumDelivered)
+		}
+		s.log.Warn().Err(err).Str("tenant", ev.Tenant).Str("query_id", ev.ID).Dur("retry_in", delay).
+			Msg("repairing the transcript failed; will retry")
+		_ = m.NakWithDelay(delay)
 		return
 	}
 	if added > 0 {
@@ -157,6 +209,16 @@ func (s *Service) handle(m jetstream.Msg) {
 			Msg("transcript was missing lines that are in the stream; stored them")
 	}
 	_ = m.Ack()
+}
+
+// retryDelay is the wait before the next try of a repair delivered n
+// times (the first delivery is only the Delay): 1s, 2s, 4s … up to 30s.
+func retryDelay(n uint64) time.Duration {
+	d := time.Second
+	for i := uint64(2); i < n && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
 }
 
 // Repair makes the stored transcript of tenant/id hold every line its .msg
@@ -174,8 +236,7 @@ func (s *Service) Repair(ctx context.Context, tenant, id string) (int, error) {
 func (s *Service) streamLines(ctx context.Context, tenant, id string) ([]storage.StreamLine, error) {
 	n := s.cfg.Names
 	subj := n.QueryMsg(tenant, id)
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReadTimeout)
-	defer cancel()
+	rctx := ctx
 	st, err := s.js.Stream(rctx, n.QueriesStream())
 	if err != nil {
 		return nil, err
@@ -192,7 +253,7 @@ func (s *Service) streamLines(ctx context.Context, tenant, id string) ([]storage
 		return nil, err
 	}
 	var out []storage.StreamLine
-	for {
+	for empty := 0; ; {
 		batch, err := c.Fetch(256, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, err
@@ -218,8 +279,18 @@ func (s *Service) streamLines(ctx context.Context, tenant, id string) ([]storage
 		if done {
 			return out, nil
 		}
-		if got == 0 && rctx.Err() != nil {
-			return nil, rctx.Err()
+		if err := rctx.Err(); err != nil {
+			return nil, err
+		}
+		// The last line is in the stream, so an empty fetch means the
+		// read is stuck (its consumer went with a server restart, say):
+		// give up after two and let the event be retried.
+		if got == 0 {
+			if empty++; empty == 2 {
+				return nil, fmt.Errorf("reading %s stalled at %d lines", subj, len(out))
+			}
+		} else {
+			empty = 0
 		}
 	}
 }

@@ -3,13 +3,19 @@ package archiver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -57,4 +63,87 @@ func TestLostWorkerTranscriptIsCompleted(t *testing.T) {
 		got, _ = f.Objects.Get(context.Background(), storage.TranscriptKey("default", "lost1"))
 		return bytes.Equal(got, want) && f.Arch.Repaired() > 0
 	}, "the archiver to store the lines only the stream had, so the transcript holds every line of the stream")
+}
+
+// gatedStore blocks every call on one query's keys until open is closed.
+type gatedStore struct {
+	storage.Store
+	prefix  string
+	open    chan struct{}
+	blocked chan struct{} // closed when the first call is held
+	once    sync.Once
+}
+
+func (g *gatedStore) gate(key string) {
+	if strings.HasPrefix(key, g.prefix) {
+		g.once.Do(func() { close(g.blocked) })
+		<-g.open
+	}
+}
+
+func (g *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
+	g.gate(key)
+	return g.Store.Get(ctx, key)
+}
+
+func (g *gatedStore) List(ctx context.Context, prefix string) ([]string, error) {
+	g.gate(prefix)
+	return g.Store.List(ctx, prefix)
+}
+
+func (g *gatedStore) Put(ctx context.Context, key string, v []byte) error {
+	g.gate(key)
+	return g.Store.Put(ctx, key, v)
+}
+
+// publishQuery puts a finished query on the stream as a worker would: its
+// lines on .msg and a terminal status; it returns the transcript they make.
+func publishQuery(t *testing.T, f *fleettest.Fleet, id string, n int) []byte {
+	t.Helper()
+	ctx := context.Background()
+	var want []byte
+	for seq := 1; seq <= n; seq++ {
+		line := fmt.Appendf(nil, `{"type":"assistant","n":%d}`, seq)
+		m := nats.NewMsg(f.Names.QueryMsg("default", id))
+		m.Data = line
+		m.Header.Set(protocol.HeaderSeq, strconv.Itoa(seq))
+		m.Header.Set(protocol.HeaderAttempt, "1")
+		_, err := f.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		want = append(append(want, line...), '\n')
+	}
+	ev, err := json.Marshal(protocol.StatusEvent{V: 1, ID: id, Tenant: "default", State: protocol.StateSucceeded, Attempt: 1, At: time.Now()})
+	require.NoError(t, err)
+	_, err = f.JS.Publish(ctx, f.Names.QueryStatus("default", id), ev)
+	require.NoError(t, err)
+	return want
+}
+
+// TestStuckRepairDoesNotHoldUpOthers: one query's repair hangs (its storage
+// calls block, as a read across a server restart or a slow bucket would);
+// the transcripts of queries that finish after it are still written.
+func TestStuckRepairDoesNotHoldUpOthers(t *testing.T) {
+	f := fleettest.New(t, fleettest.Opts{})
+	gated := &gatedStore{Store: f.Objects, prefix: storage.QueryPrefix("default", "stuck"), open: make(chan struct{}), blocked: make(chan struct{})}
+	a, err := archiver.New(archiver.Config{NC: f.NC, Names: f.Names, Store: gated, Delay: 10 * time.Millisecond, Logger: &f.Logger})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+	}()
+	defer close(gated.open) // before Stop: the stuck repair finishes
+
+	publishQuery(t, f, "stuck", 3)
+	select {
+	case <-gated.blocked:
+	case <-time.After(wait):
+		t.Fatal("the stuck query's repair never started")
+	}
+	want := publishQuery(t, f, "next", 5)
+	fleettest.Eventually(t, wait, func() bool {
+		got, _ := f.Objects.Get(context.Background(), storage.TranscriptKey("default", "next"))
+		return bytes.Equal(got, want)
+	}, "the transcript of a query finished after a stuck repair to be written from the stream")
 }

@@ -17,7 +17,12 @@
 //   - then it reads the query's .msg lines from the stream and calls
 //     storage.RepairTranscript, which compares them with the stored
 //     transcript and writes only the lines no chunk holds, as chunks of
-//     their own, then re-assembles the transcript.
+//     their own, then re-assembles the transcript;
+//   - repairs run side by side (Config.Workers, 8), so a slow or stuck
+//     one never holds up the others; each is bounded by
+//     Config.ReadTimeout, and one that fails, or whose read stalls (two
+//     empty fetches while lines remain, as across a server restart), is
+//     retried with NakWithDelay from 1s doubling to 30s.
 //
 // Lines too large for NATS travel as x_fleet_large_line pointers; the
 // archiver takes their content from storage (storage.LineKey) and leaves a
