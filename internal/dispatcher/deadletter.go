@@ -95,17 +95,45 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 }
 
 // endQuery gives a dead-lettered query its synthetic result (on the stream
-// and in the transcript) and its failed status, unless it already ended.
+// and in the transcript) and its failed status, unless it ended already.
+// The ending compare-and-sets against the status it read, so a worker
+// still finishing the last delivery and the dispatcher never both end the
+// query: whichever writes second finds the status moved and stands aside.
 func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, jobSeq uint64) error {
 	if st, err := s.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() && st.JobSeq >= jobSeq {
 		return nil
 	}
-	_, err := s.end(ctx, ending{
-		tenant: tenant, id: id, attempt: attempt, jobSeq: jobSeq,
-		state: protocol.StateFailed, reason: protocol.ReasonMaxDeliveries, code: protocol.CodeMaxDeliveries,
-		message: fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", attempt, s.names.DLQ(tenant)),
-	})
-	return err
+	qs, err := s.js.Stream(ctx, s.names.QueriesStream())
+	if err != nil {
+		return err
+	}
+	for range 5 {
+		var statusSeq uint64
+		raw, err := qs.GetLastMsgForSubject(ctx, s.names.QueryStatus(tenant, id))
+		switch {
+		case err == nil:
+			var ev protocol.StatusEvent
+			if json.Unmarshal(raw.Data, &ev) == nil && ev.State.Terminal() && ev.JobSeq >= jobSeq {
+				return nil
+			}
+			statusSeq = raw.Sequence
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("reading the query's status: %w", err)
+		}
+		if s.testBeforeEnd != nil {
+			s.testBeforeEnd()
+		}
+		ended, err := s.end(ctx, ending{
+			tenant: tenant, id: id, attempt: attempt, jobSeq: jobSeq, expectStatusSeq: statusSeq,
+			state: protocol.StateFailed, reason: protocol.ReasonMaxDeliveries, code: protocol.CodeMaxDeliveries,
+			message: fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", attempt, s.names.DLQ(tenant)),
+		})
+		if err != nil || ended {
+			return err
+		}
+		// The status moved (a worker wrote one): look again.
+	}
+	return errors.New("the query's status kept changing while it was being dead-lettered")
 }
 
 // ending is how the dispatcher ends a query no worker will end.
@@ -189,10 +217,11 @@ func (s *Service) end(ctx context.Context, e ending) (bool, error) {
 	}
 	if _, err := s.js.PublishMsg(ctx, sm, opts...); err != nil {
 		if e.expectStatusSeq != 0 && fence.WrongLastSequence(err) {
-			// A worker claimed the run between the two compare-and-sets;
-			// it has seen the cancel and ends the run itself.
+			// A worker wrote a status between the two compare-and-sets
+			// (it claimed a cancelled run, or finished the last delivery):
+			// the run is its to end.
 			s.log.Warn().Str("tenant", e.tenant).Str("query_id", e.id).
-				Msg("a worker took the query while it was being ended; its result line stays on the stream before the run's")
+				Msg("the query's status moved while the dispatcher was ending it (a worker wrote one); the dispatcher's result line stays on the stream")
 			return false, nil
 		}
 		return true, fmt.Errorf("publishing the %s status: %w", e.state, err)

@@ -73,6 +73,10 @@ type Service struct {
 
 	admCfg   admission.Config
 	admitter *admission.Admitter // one per successful start
+
+	// testBeforeEnd, in tests, runs between reading a dead-lettered
+	// query's status and ending it (the window a worker can write in).
+	testBeforeEnd func()
 }
 
 // New returns a Service.
