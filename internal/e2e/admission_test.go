@@ -78,8 +78,8 @@ func (l *statusLog) waitFor(t *testing.T, what string, ok func(protocol.StatusEv
 	}
 }
 
-// peaks returns the most runs at once per tenant, the number of "running"
-// events per query (more than one without a retry is a run admitted twice)
+// peaks returns the most runs at once per tenant (a parked session holds
+// no slot until it runs again), the number of "running" events per query (more than one without a retry is a run admitted twice)
 // and the terminal events per query.
 func (l *statusLog) peaks() (peak map[string]int, starts map[string]int, ends map[string]int) {
 	l.mu.Lock()
@@ -97,8 +97,10 @@ func (l *statusLog) peaks() (peak map[string]int, starts map[string]int, ends ma
 				cur[ev.Tenant]++
 				peak[ev.Tenant] = max(peak[ev.Tenant], cur[ev.Tenant])
 			}
-		case ev.State.Terminal():
-			ends[key]++
+		case ev.State.Terminal() || ev.State == protocol.StateParked:
+			if ev.State.Terminal() {
+				ends[key]++
+			}
 			if live[key] {
 				live[key] = false
 				cur[ev.Tenant]--
@@ -384,4 +386,51 @@ func TestAdmissionFailover(t *testing.T) {
 		require.Equal(t, 1, c, "%s admitted and run once", k)
 		require.Equal(t, 1, ends[k], "%s ended once (%d terminal statuses)", k, ends[k])
 	}
+}
+
+// A live session counts against its tenant's cap, a parked one does not,
+// and its continuation counts again once resumed: with max_running 1, a
+// one-shot job waits (tenant_cap) behind an idle session, runs once the
+// session is parked, and the next one waits again while the resumed
+// session is live.
+func TestAdmissionSessionCountsWhileLive(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 4})
+	log := watchStatuses(t, f.NC, f.Names)
+	setTenant(t, f, "sess", admission.Settings{MaxRunning: 1})
+	a := f.StartWorker(fleettest.WorkerOpts{Slots: 4, Grace: 10 * time.Minute})
+	fleettest.WaitReady(t, a.W)
+	sw := watchStatus(t, f, "sess", "s1")
+	submitSession(t, f, "sess", "s1", "hold the slot", &protocol.Session{}, protocol.Options{})
+	sw.state(protocol.StateIdle, 1)
+
+	f.SubmitJSON("sess", "j1", "/standin lines=2")
+	log.waitFor(t, "j1 waiting behind the live session (tenant_cap)", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "j1" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonTenantCap
+	})
+
+	// Park the session (its worker stops); the waiting job runs.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, a.W.Stop(ctx))
+	sw.state(protocol.StateParked, 1)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 4}).W)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("sess", "j1", wait).Final.State)
+
+	// The next input resumes the session, which counts again.
+	sendCtl(t, f, "sess", "s1", input("come back"))
+	sw.state(protocol.StateIdle, 2)
+	f.SubmitJSON("sess", "j2", "/standin lines=2")
+	log.waitFor(t, "j2 waiting behind the resumed session (tenant_cap)", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "j2" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonTenantCap
+	})
+	sendCtl(t, f, "sess", "s1", protocol.CtlOp{Op: protocol.OpEnd})
+	require.Equal(t, protocol.StateSucceeded, f.Follow("sess", "s1", wait).Final.State)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("sess", "j2", wait).Final.State)
+
+	peak, _, _ := log.peaks()
+	require.Equal(t, 1, peak["sess"], "never more than max_running runs of the tenant at once")
+	_, starts, _ := log.peaks()
+	require.Equal(t, 1, starts["sess/j1"])
+	require.Equal(t, 1, starts["sess/j2"])
 }
