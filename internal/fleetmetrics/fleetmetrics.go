@@ -8,8 +8,10 @@
 //   - fleet_queue_wait_seconds{tenant}: how long the tenant's oldest job not
 //     yet taken has waited (0 when none waits).
 //   - fleet_desired_workers: ceil((jobs waiting + jobs running) / slots per
-//     worker), the worker count that would run everything at once; the KEDA
-//     ScaledObject in deploy/keda computes the same from the consumer lag.
+//     worker), the worker count that would run everything at once. Jobs
+//     waiting for admission count too, so it is an upper bound: the KEDA
+//     ScaledObject in deploy/keda scales on the work consumer's lag, which
+//     holds only admitted jobs (at most the fleet cap).
 //
 // A scrape that cannot read NATS reports fleet_metrics_up 0 and no figures
 // rather than stale ones.
