@@ -37,7 +37,7 @@ lint: ## gofmt, go vet and staticcheck (pinned, fetched through the module proxy
 soak: ## chaos run: 1,000 jobs, worker SIGKILLs, a NATS restart past the ack wait, a full journal disk; prints the counts
 	set -o pipefail; SOAK_JOBS=$${SOAK_JOBS:-1000} $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'
 
-soak/short: ## the soak with 40 jobs
+soak/short: ## the soak with 40 jobs (`make test` runs 24)
 	set -o pipefail; SOAK_JOBS=40 $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 15m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'
 
 bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline

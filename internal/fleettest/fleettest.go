@@ -156,7 +156,12 @@ func New(t testing.TB, o Opts) *Fleet {
 		f.Arch, err = archiver.New(archiver.Config{NC: nc, Names: f.Names, Store: objects, Delay: o.ArchiveDelay, Logger: &f.Logger})
 		require.NoError(t, err)
 		require.NoError(t, f.Arch.Start(ctx))
-		t.Cleanup(func() { _ = f.Arch.Stop(context.Background()) })
+		t.Cleanup(func() {
+			// Bounded: a test may have taken the server away for good.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = f.Arch.Stop(ctx)
+		})
 	}
 	f.Client, err = fleetapi.NewClient(connect(t, "client"), f.Names)
 	require.NoError(t, err)
