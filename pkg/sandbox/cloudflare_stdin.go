@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,18 +72,18 @@ func (w *cfStdin) Write(b []byte) (int, error) {
 	for n < len(b) {
 		chunk := b[n:min(len(b), n+cfStdinChunk)]
 		end := w.off + int64(len(chunk))
-		var resp struct {
-			Off int64 `json:"off"`
-		}
 		q := url.Values{"off": {strconv.FormatInt(w.off, 10)}}
 		err := s.c.retry(s.life, func(ctx context.Context) error {
-			return s.c.call(ctx, http.MethodPost, s.path("/proc/"+w.p.id+"/stdin"), q, "application/octet-stream", chunk, &resp)
+			_, body, err := s.c.send(ctx, http.MethodPost, s.path("/proc/"+w.p.id+"/stdin"), q, "application/octet-stream", chunk, cfMaxJSONBytes)
+			if err != nil {
+				return err
+			}
+			// A write the bridge applied only in part (or an answer that
+			// does not decode) is sent again: the offset makes it idempotent.
+			return cfStdinAck(body, end)
 		})
 		if err != nil {
 			return n, fmt.Errorf("%s: %w", op, cfStdinError(err))
-		}
-		if resp.Off != end {
-			return n, fmt.Errorf("%s: %w", op, fmt.Errorf("%w: bridge applied %d bytes, expected %d", ErrUnavailable, resp.Off, end))
 		}
 		w.off = end
 		n += len(chunk)
@@ -105,6 +106,25 @@ func (w *cfStdin) Close() error {
 		return fmt.Errorf("cloudflare: sandbox %s: process %s: close stdin: %w", s.id, w.p.id, cfStdinError(err))
 	}
 	w.closed = true
+	return nil
+}
+
+// cfStdinAck decodes a 2xx answer to a stdin write, {"off": <bytes
+// applied>}: nil when the bridge has applied the stream through end, else
+// an error wrapping ErrUnavailable (a retry of the same write is safe).
+func cfStdinAck(body []byte, end int64) error {
+	var resp struct {
+		Off *int64 `json:"off"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return fmt.Errorf("%w: stdin write: answer does not decode: %w", ErrUnavailable, err)
+	}
+	switch {
+	case resp.Off == nil:
+		return fmt.Errorf("%w: stdin write: answer carries no off", ErrUnavailable)
+	case *resp.Off != end:
+		return fmt.Errorf("%w: stdin write: bridge applied %d bytes, expected %d", ErrUnavailable, *resp.Off, end)
+	}
 	return nil
 }
 
