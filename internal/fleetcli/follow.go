@@ -77,10 +77,17 @@ const (
 	waitRepeat = 30 * time.Second
 )
 
+// followHooks see every line and status event follow renders (attach's
+// prompts); nil fields are skipped.
+type followHooks struct {
+	Line   func([]byte)
+	Status func(protocol.StatusEvent)
+}
+
 // follow renders (or with --raw copies) a query's lines and status events
 // until it ends, says why it waits while it is queued, and on a signal
 // stops with a hint to re-attach. The exit code is the query's.
-func follow(ctx context.Context, e *Env, c *fleetapi.Client, tenant, id string, keepFollowing bool, rf renderFlags) int {
+func follow(ctx context.Context, e *Env, c *fleetapi.Client, tenant, id string, keepFollowing bool, rf renderFlags, hooks followHooks) int {
 	p := &render.Printer{W: e.Out, Verbose: rf.verbose, Color: rf.useColor(e.Out)}
 	w := &waiter{e: e, c: c, tty: isTerminal(e.Err), start: time.Now(), state: protocol.StateQueued}
 	var artifact *protocol.Artifact
@@ -91,14 +98,20 @@ func follow(ctx context.Context, e *Env, c *fleetapi.Client, tenant, id string, 
 			w.activity(nil)
 			if rf.raw {
 				_, _ = e.Out.Write(append(append([]byte(nil), l.Data...), '\n'))
-				return
+			} else {
+				p.Line(l.Data)
 			}
-			p.Line(l.Data)
+			if hooks.Line != nil {
+				hooks.Line(l.Data)
+			}
 		},
 		Status: func(ev protocol.StatusEvent) {
 			w.activity(&ev)
 			if !rf.raw {
 				p.Status(ev)
+			}
+			if hooks.Status != nil {
+				hooks.Status(ev)
 			}
 		},
 	}

@@ -1,11 +1,9 @@
 package fleetcli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -144,86 +142,3 @@ func (c *approveCmd) Run(ctx context.Context, e *Env) int {
 		SessionOp: protocol.SessionOp{RequestID: c.requestID, Allow: &allow, Message: c.message}})
 }
 
-// attachCmd follows a session and turns each typed line into an input.
-type attachCmd struct {
-	tenant, id string
-	render     renderFlags
-}
-
-func (c *attachCmd) Help() Help {
-	return Help{
-		Name: "attach", Args: "<id>",
-		Summary: "follow a session; each line typed is an input",
-		Description: `Renders the session's output (its history, then live) and reads lines from
-stdin: each line is sent as an input. Lines starting with '/' are
-commands: /allow <request_id>, /deny <request_id> [why], /interrupt, /end.
-Permission requests of a session with remote approvals show up in the
-output as control_request lines naming their request_id. Exits when the
-session ends, or on Ctrl-C (the session goes on).`,
-		Examples: `dispatcher attach s1`,
-	}
-}
-
-func (c *attachCmd) Flags(fs *pflag.FlagSet) {
-	addTenant(fs, &c.tenant)
-	c.render.add(fs)
-}
-
-func (c *attachCmd) Validate(fs *pflag.FlagSet) error {
-	if err := oneID(fs, c.tenant); err != nil {
-		return err
-	}
-	c.id = fs.Arg(0)
-	return c.render.validate(true)
-}
-
-func (c *attachCmd) Run(ctx context.Context, e *Env) int {
-	cl, code := e.Client()
-	if cl == nil {
-		return code
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		sc := bufio.NewScanner(e.In)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" {
-				continue
-			}
-			op, req, err := parseAttachLine(line)
-			if err != nil {
-				fmt.Fprintln(e.Err, err)
-				continue
-			}
-			req.ID, req.Tenant = c.id, c.tenant
-			sessionOp(ctx, e, op, req)
-		}
-	}()
-	return follow(ctx, e, cl, c.tenant, c.id, true, c.render)
-}
-
-// parseAttachLine maps one typed line to a session op.
-func parseAttachLine(line string) (string, protocol.SessionOpRequest, error) {
-	var req protocol.SessionOpRequest
-	if !strings.HasPrefix(line, "/") {
-		req.Text = line
-		return protocol.OpInput, req, nil
-	}
-	f := strings.Fields(line)
-	switch f[0] {
-	case "/interrupt":
-		return protocol.OpInterrupt, req, nil
-	case "/end":
-		return protocol.OpEnd, req, nil
-	case "/allow", "/deny":
-		if len(f) < 2 {
-			return "", req, fmt.Errorf("%s needs a request_id", f[0])
-		}
-		allow := f[0] == "/allow"
-		req.RequestID, req.Allow = f[1], &allow
-		req.Message = strings.Join(f[2:], " ")
-		return protocol.OpApprove, req, nil
-	}
-	return "", req, fmt.Errorf("unknown command %s (/allow, /deny, /interrupt, /end)", f[0])
-}

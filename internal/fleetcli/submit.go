@@ -161,7 +161,7 @@ func (c *submitCmd) Run(ctx context.Context, e *Env) int {
 	} else {
 		fmt.Fprintf(e.Err, "submitted %s/%s\n", r.Tenant, r.ID)
 	}
-	return follow(ctx, e, cl, r.Tenant, r.ID, true, c.render)
+	return follow(ctx, e, cl, r.Tenant, r.ID, true, c.render, followHooks{})
 }
 
 func readPrompt(words []string, file string, stdin io.Reader) (string, error) {

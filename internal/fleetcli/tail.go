@@ -48,5 +48,5 @@ func (c *tailCmd) Run(ctx context.Context, e *Env) int {
 	if cl == nil {
 		return code
 	}
-	return follow(ctx, e, cl, c.tenant, c.id, !c.noFollow, c.render)
+	return follow(ctx, e, cl, c.tenant, c.id, !c.noFollow, c.render, followHooks{})
 }

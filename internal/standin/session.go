@@ -3,6 +3,7 @@ package standin
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,6 +73,8 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 	}
 	turns := make(chan userMsg, 1024)
 	interrupts := make(chan struct{}, 16)
+	var amu sync.Mutex
+	answers := map[string]chan string{} // permission request id → its answer
 	go func() {
 		defer close(turns)
 		sc := bufio.NewScanner(stdin)
@@ -84,6 +87,13 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 				Request   struct {
 					Subtype string `json:"subtype"`
 				} `json:"request"`
+				Response struct {
+					RequestID string `json:"request_id"`
+					Response  struct {
+						Behavior string `json:"behavior"`
+						Message  string `json:"message"`
+					} `json:"response"`
+				} `json:"response"`
 				Message struct {
 					Content json.RawMessage `json:"content"`
 				} `json:"message"`
@@ -98,6 +108,18 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 					text = string(m.Message.Content)
 				}
 				turns <- userMsg{text: text, uuid: m.UUID}
+			case "control_response":
+				amu.Lock()
+				ch := answers[m.Response.RequestID]
+				delete(answers, m.Response.RequestID)
+				amu.Unlock()
+				if ch != nil {
+					a := m.Response.Response.Behavior
+					if a == "deny" {
+						a += ": " + m.Response.Response.Message
+					}
+					ch <- a
+				}
 			case "control_request":
 				emit(ordered{{"type", "control_response"}, {"response", ordered{
 					{"subtype", "success"}, {"request_id", m.RequestID}, {"response", ordered{}}}}})
@@ -130,8 +152,46 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 		}
 		emit(ordered{{"type", "user"}, {"message", ordered{{"role", "user"}, {"content", m.text}}},
 			{"session_id", sid}, {"parent_tool_use_id", nil}, {"uuid", u}, {"isReplay", true}})
+		// Like Claude Code, the user message is in the transcript before
+		// the turn is answered.
+		record(m.text)
+		history++
+		d, _ := parseDirectives(m.text)
+		if d.crashOnce != "" {
+			if _, err := os.Stat(d.crashOnce); errors.Is(err, os.ErrNotExist) {
+				_ = os.WriteFile(d.crashOnce, []byte("crashed\n"), 0o644)
+				mu.Lock()
+				_ = w.Flush()
+				os.Exit(1)
+			}
+		}
 		interrupted := false
-		if d, err := parseDirectives(m.text); err == nil && d.sleep > 0 {
+		var asked []string
+		if len(d.ask) > 0 {
+			chans := make([]chan string, len(d.ask))
+			for i, tool := range d.ask {
+				id := "standin-req-" + uuid()
+				chans[i] = make(chan string, 1)
+				amu.Lock()
+				answers[id] = chans[i]
+				amu.Unlock()
+				emit(ordered{{"type", "control_request"}, {"request_id", id}, {"request", ordered{
+					{"subtype", "can_use_tool"}, {"tool_name", tool},
+					{"input", ordered{{"command", "stand-in use of " + tool}}}}}})
+			}
+			for i, ch := range chans {
+				select {
+				case a := <-ch:
+					asked = append(asked, d.ask[i]+" "+a)
+				case <-interrupts:
+					interrupted = true
+				}
+				if interrupted {
+					break
+				}
+			}
+		}
+		if d.sleep > 0 && !interrupted {
 			select {
 			case <-time.After(d.sleep):
 			case <-interrupts:
@@ -146,14 +206,12 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 				{"type", "assistant"},
 				{"message", ordered{
 					{"id", "msg_standin_" + uuid()}, {"type", "message"}, {"role", "assistant"}, {"model", Model},
-					{"content", []any{ordered{{"type", "text"}, {"text", fmt.Sprintf("[stand-in agent] You said: %s (%d earlier messages in this session)", quote(m.text), history)}}}},
+					{"content", []any{ordered{{"type", "text"}, {"text", fmt.Sprintf("[stand-in agent] You said: %s (%d earlier messages in this session)%s", quote(m.text), history-1, permissions(asked))}}}},
 					{"stop_reason", nil}, {"stop_sequence", nil},
 				}},
 				{"parent_tool_use_id", nil}, {"session_id", sid}, {"uuid", uuid()},
 			})
 		}
-		record(m.text)
-		history++
 		emit(ordered{
 			{"type", "result"}, {"subtype", subtype}, {"is_error", isErr},
 			{"duration_ms", time.Since(start).Milliseconds()}, {"duration_api_ms", 0},
@@ -163,4 +221,12 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 		})
 	}
 	return 0
+}
+
+// permissions says what the turn's permission requests were answered.
+func permissions(asked []string) string {
+	if len(asked) == 0 {
+		return ""
+	}
+	return "; permissions: " + strings.Join(asked, "; ")
 }

@@ -17,6 +17,15 @@
 //
 // With --input-format stream-json it is a session instead (session.go): it
 // reads user lines from stdin and answers each as one turn, until EOF.
+// Session turns also read:
+//
+//	ask=T1,T2    ask permission to use tools T1 and T2 (control_request
+//	             can_use_tool, as Claude Code does with
+//	             --permission-prompt-tool stdio), all at once, and wait for
+//	             every answer; the assistant line says what was allowed
+//	crashonce=P  unless file P (relative to the working directory) exists,
+//	             create it and exit 1 in the middle of the turn (after its
+//	             user line was echoed and recorded, before any answer)
 //
 // A prompt that starts with "/standin" is read as test directives instead
 // (space-separated key=value), so tests and benchmarks can script it:
@@ -135,6 +144,8 @@ type directives struct {
 	termResult                              bool
 	exitSet                                 bool
 	files                                   []fileOp
+	ask                                     []string // session mode: permission requests
+	crashOnce                               string   // session mode: marker file
 	prefix                                  []string // see selfArgs
 	say                                     []string
 	cost                                    float64
@@ -189,6 +200,10 @@ func parseDirectives(prompt string) (directives, error) {
 			d.files = append(d.files, fileOp{op: k, arg: v})
 		case "escape":
 			d.escape = v
+		case "ask":
+			d.ask = append(d.ask, strings.Split(v, ",")...)
+		case "crashonce":
+			d.crashOnce = v
 		case "cost":
 			d.cost, err = strconv.ParseFloat(v, 64)
 		case "ratelimit":
