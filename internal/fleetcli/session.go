@@ -141,4 +141,3 @@ func (c *approveCmd) Run(ctx context.Context, e *Env) int {
 	return sessionOp(ctx, e, protocol.OpApprove, protocol.SessionOpRequest{ID: c.id, Tenant: c.tenant,
 		SessionOp: protocol.SessionOp{RequestID: c.requestID, Allow: &allow, Message: c.message}})
 }
-
