@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,12 +15,17 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// claim reads whether a cancel is on record, claims the query for this
-// attempt (a "retrying" status for a redelivery, then "running") and reads
-// the Fleet-Seq the attempt continues from. The claim comes first: after it
-// is stored no older attempt can add a line, so the Fleet-Seq read next is
-// final.
-func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence.Verdict, err error) {
+// claim reads whether a cancel is on record and claims the query for this
+// attempt: a first attempt publishes "running" as a compare-and-set
+// against nothing on record (no read at all when that holds; when a status
+// is on record, e.g. the dispatcher's "queued", the fence reads it back,
+// decides and tries again); a redelivery reads the last status first and
+// announces itself ("retrying", then "running"). The cancel lookup runs
+// beside the claim. It returns baseOf, which reads the Fleet-Seq the
+// attempt continues from: that read starts once the claim is stored (no
+// older attempt can add a line after it, so what it finds is final) and
+// runs while the sandbox is made; the first line waits for it.
+func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cancelled bool, v fence.Verdict, err error) {
 	w, job := q.w, q.job
 	// The cancel lookup is independent of the claim: ask at once. The
 	// result is always received before claim returns.
@@ -65,27 +71,48 @@ func (q *query) claim(ctx context.Context) (base uint64, cancelled bool, v fence
 			}
 		}
 	case job.Workspace == nil:
-		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+		v, err = q.fw.ClaimFirst(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
 	default:
 		// A first attempt whose first status comes after the checkout:
 		// its lines are fenced as soon as a later attempt claims.
 		v, err = q.fw.Expect(ctx)
 	}
 	if err != nil || v != fence.Proceed {
-		return 0, false, v, err
-	}
-	m, err := fence.LastMsg(ctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return 0, false, 0, fmt.Errorf("reading the query's last line: %w", err)
-	default:
-		base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+		return nil, false, v, err
 	}
 	if err := waitCtl(); err != nil {
-		return 0, false, 0, err
+		return nil, false, 0, err
 	}
-	return base, cancelled, fence.Proceed, nil
+	return q.readBase(context.WithoutCancel(ctx)), cancelled, fence.Proceed, nil
+}
+
+// readBase starts reading the query's last Fleet-Seq (from the stream
+// leader) and returns a function that waits for it.
+func (q *query) readBase(ctx context.Context) func() (uint64, error) {
+	w, job := q.w, q.job
+	type result struct {
+		base uint64
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
+		defer cancel()
+		m, err := fence.LastMsg(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			ch <- result{}
+		case err != nil:
+			ch <- result{err: fmt.Errorf("reading the query's last line: %w", err)}
+		default:
+			base, _ := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+			ch <- result{base: base}
+		}
+	}()
+	return sync.OnceValues(func() (uint64, error) {
+		r := <-ch
+		return r.base, r.err
+	})
 }
 
 // ack acks the job, retrying each DoubleAck on its own short context until

@@ -65,37 +65,17 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 		return
 	}
 
-	// From here on the job is ours: heartbeat well inside AckWait.
-	// The run owns its goroutines (heartbeat, relay) and returns only once
-	// they have: the worker's job count, which Stop waits for, covers them.
-	var hb sync.WaitGroup
-	defer hb.Wait()
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	defer stopHB()
-	hb.Go(func() { w.heartbeat(hbCtx, msg, ackWait) })
-
-	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded, ackWait: ackWait}
+	// From here on the job is ours: the worker's heartbeat ticker sends
+	// InProgress for it well inside AckWait, and the worker-wide .ctl
+	// subscription hands it a cancel, while it is registered (runs.go).
+	runCtx, cancelRun := context.WithCancelCause(w.handbackCtx)
+	defer cancelRun(nil)
+	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded, ackWait: ackWait,
+		runCtx: runCtx, cancelRun: cancelRun}
+	q.since = time.Now()
+	defer w.active.add(q)()
 	defer w.trackRun(job, attempt)()
 	q.run(provider, env)
-}
-
-func (w *Worker) heartbeat(ctx context.Context, msg jetstream.Msg, ackWait time.Duration) {
-	every := w.cfg.Heartbeat
-	if every <= 0 {
-		every = max(ackWait/3, 100*time.Millisecond)
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := msg.InProgress(); err != nil {
-				w.log.Warn().Err(err).Msg("heartbeat failed")
-			}
-		}
-	}
 }
 
 // reject terminates an invalid job and, when its id and tenant are
@@ -192,6 +172,10 @@ type query struct {
 	// options.resume named nothing of the tenant.
 	sess          *sessionRun
 	resumeRefused bool
+	// runCtx is cancelled (cancelRun) by a cancel, a hand-back or a fence.
+	runCtx    context.Context
+	cancelRun context.CancelCauseFunc
+	runFlags
 }
 
 func (q *query) run(provider sandbox.Provider, env map[string]string) {
@@ -199,29 +183,22 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	ctx := context.Background()
 	started := time.Now()
 
-	// Cancel and fence signals for this run. Subscribing comes before the
-	// history read on the same connection, which the server handles in
-	// order: a cancel is either in the history or delivered to us.
-	runCtx, cancelRun := context.WithCancelCause(w.handbackCtx)
-	defer cancelRun(nil)
-	subs, err := q.subscribe(cancelRun)
-	if err != nil {
-		q.retry(fmt.Errorf("subscribing to the query's control subjects: %w", err), "")
-		return
-	}
-	defer func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}()
-
+	// A cancel reaches this run through the worker-wide .ctl subscription
+	// (registered in handle, before the claim reads the .ctl history).
+	runCtx := q.runCtx
+	// The sandbox is made while the claim is in flight: nobody else sees
+	// it, and the agent starts in it only once the claim is stored.
+	sbReady := q.prepareSandbox(runCtx, provider)
 	// Claim the query (package fence): the first status of this attempt is
 	// a compare-and-set on the query's last status, and from then on no
 	// older attempt can store a line or a status. Bounded, so a worker that
 	// cannot reach the stream hands the job back instead of holding it.
 	sctx, cancelStart := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
 	defer cancelStart()
-	base, cancelled, verdict, err := q.claim(sctx)
+	baseOf, cancelled, verdict, err := q.claim(sctx)
+	if err != nil || verdict != fence.Proceed || cancelled {
+		q.discardSandbox(sbReady)
+	}
 	switch {
 	case err != nil:
 		q.retry(fmt.Errorf("claiming the query: %w", err), "")
@@ -237,9 +214,14 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		return
 	}
 	cancelStart()
+	q.claimed.Store(true)
 
 	jl, err := w.cfg.Journal.Open(job.Tenant, job.ID, q.attempt)
 	if err != nil {
+		if !cancelled {
+			q.discardSandbox(sbReady)
+		}
+		_, _ = baseOf()
 		q.retry(fmt.Errorf("opening the journal: %w", err), "")
 		return
 	}
@@ -249,14 +231,34 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		// status subject while the first is still being proposed.
 		window = 1
 	}
-	rel := newRelay(&relay{
-		js: w.js, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
-		tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.lineLimit(), journal: jl,
-		metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
-		fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,
-	})
-	rel.start(ctx)
-	emit := func(l agent.Line) error { return rel.emit(l.Raw) }
+	// The relay starts at the first line, once the Fleet-Seq read begun
+	// by the claim has answered (it ran while the sandbox was made).
+	var rel *relay
+	var baseErr error
+	startRelay := func() error {
+		if rel != nil || baseErr != nil {
+			return baseErr
+		}
+		base, err := baseOf()
+		if err != nil {
+			baseErr = err
+			return err
+		}
+		rel = newRelay(&relay{
+			js: w.js, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
+			tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.lineLimit(), journal: jl,
+			metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
+			fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,
+		})
+		rel.start(ctx)
+		return nil
+	}
+	emit := func(l agent.Line) error {
+		if err := startRelay(); err != nil {
+			return err
+		}
+		return rel.emit(l.Raw)
+	}
 
 	var out agent.Outcome
 	var runErr error
@@ -265,7 +267,15 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	} else {
 		// "running" went out with the claim, except for a workspace job:
 		// there it follows the checkout, with its start_sha.
-		out, runErr = q.execute(runCtx, provider, env, emit)
+		out, runErr = q.execute(runCtx, sbReady, env, emit)
+	}
+	if err := startRelay(); err != nil {
+		// No line was journaled or sent: without the Fleet-Seq to
+		// continue from, none can be.
+		q.runEnded()
+		_ = jl.Close(false)
+		q.retry(err, "")
+		return
 	}
 	q.runEnded()
 	q.finish(rel, jl, out, runErr, started)
@@ -382,46 +392,10 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	return ev
 }
 
-// subscribe listens for cancel on .ctl and for a later attempt on .status.
-func (q *query) subscribe(cancelRun context.CancelCauseFunc) ([]*nats.Subscription, error) {
-	w, job := q.w, q.job
-	ctl, err := w.cfg.NC.Subscribe(w.names.QueryCtl(job.Tenant, job.ID), func(m *nats.Msg) {
-		var op protocol.CtlOp
-		if err := json.Unmarshal(m.Data, &op); err != nil {
-			return
-		}
-		if op.Op == protocol.OpCancel {
-			q.log.Info().Msg("cancel requested")
-			cancelRun(agent.ErrCancelled)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	st, err := w.cfg.NC.Subscribe(w.names.QueryStatus(job.Tenant, job.ID), func(m *nats.Msg) {
-		var ev protocol.StatusEvent
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			return
-		}
-		// A shortcut only: the server's check is what fences.
-		if ev.JobSeq > q.jobSeq() || (ev.JobSeq == q.jobSeq() || ev.JobSeq == 0) && ev.Attempt > q.attempt {
-			q.fenced.Store(true)
-			cancelRun(agent.ErrHandback)
-		}
-	})
-	if err != nil {
-		_ = ctl.Unsubscribe()
-		return nil, err
-	}
-	return []*nats.Subscription{ctl, st}, nil
-}
-
 // execute creates the sandbox and runs the agent in it.
-func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[string]string, emit agent.EmitFunc) (out agent.Outcome, err error) {
+func (q *query) execute(ctx context.Context, sbReady func() (sandbox.Sandbox, error), env map[string]string, emit agent.EmitFunc) (out agent.Outcome, err error) {
 	w, job := q.w, q.job
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
-	sb, err := provider.Create(cctx, sandbox.Spec{ID: sandboxID(job, q.attempt)})
-	cancel()
+	sb, err := sbReady()
 	if err != nil {
 		if ctx.Err() != nil {
 			if errors.Is(context.Cause(ctx), agent.ErrHandback) {
@@ -476,6 +450,42 @@ func (q *query) execute(ctx context.Context, provider sandbox.Provider, env map[
 	return q.runOneShot(ctx, sb, agent.Request{
 		Sandbox: sb, Job: job, Env: env, ProcID: "agent-" + strconv.Itoa(q.attempt), Timeout: timeout,
 	}, emit)
+}
+
+// prepareSandbox starts making the run's sandbox and returns a function
+// that waits for it.
+func (q *query) prepareSandbox(ctx context.Context, provider sandbox.Provider) func() (sandbox.Sandbox, error) {
+	type result struct {
+		sb  sandbox.Sandbox
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, q.w.cfg.CreateTimeout)
+		defer cancel()
+		sb, err := provider.Create(cctx, sandbox.Spec{ID: sandboxID(q.job, q.attempt)})
+		ch <- result{sb, err}
+	}()
+	return sync.OnceValues(func() (sandbox.Sandbox, error) {
+		r := <-ch
+		return r.sb, r.err
+	})
+}
+
+// discardSandbox destroys a prepared sandbox the run will not use, in the
+// background (Stop waits for it).
+func (q *query) discardSandbox(sbReady func() (sandbox.Sandbox, error)) {
+	q.w.cleanup.Go(func() {
+		sb, err := sbReady()
+		if err != nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Destroy(dctx); err != nil {
+			q.log.Warn().Err(err).Msg("destroying an unused sandbox")
+		}
+	})
 }
 
 // cancelledBeforeStart ends a query whose cancel arrived while it was queued:

@@ -234,8 +234,9 @@ type Worker struct {
 	stopErr  error
 
 	mu      sync.Mutex
-	iter    jetstream.MessagesContext
 	queries jetstream.Stream
+	// freed is signalled when a slot frees (the pull loop asks for more).
+	freed chan struct{}
 
 	jobs sync.WaitGroup
 	// cleanup tracks sandbox destruction after runs.
@@ -246,6 +247,15 @@ type Worker struct {
 	startedAt   time.Time
 	handbackCtx context.Context
 	handback    context.CancelCauseFunc
+
+	// active are the runs the worker-wide .ctl subscription and heartbeat
+	// ticker act on (runs.go); ctlSub is that subscription.
+	active  active
+	ctlSub  *nats.Subscription
+	ackWait atomic.Int64 // the work consumer's AckWait, for the ticker
+	hbReset chan struct{}
+	hbStop  context.CancelFunc
+	hbDone  chan struct{}
 }
 
 // New validates cfg and returns a Worker.
@@ -280,6 +290,9 @@ func New(cfg Config) (*Worker, error) {
 		loopDone:    make(chan struct{}),
 		handbackCtx: hctx,
 		handback:    hcancel,
+		hbReset:     make(chan struct{}, 1),
+		freed:       make(chan struct{}, 1),
+		hbDone:      make(chan struct{}),
 	}, nil
 }
 
@@ -357,6 +370,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worker: already started")
 	}
 	w.startedAt = time.Now().UTC()
+	sub, err := w.subscribeCtl()
+	if err != nil {
+		return fmt.Errorf("worker: subscribing to the queries' control subjects: %w", err)
+	}
+	w.ctlSub = sub
+	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	w.hbStop = stop
+	go func() { defer close(w.hbDone); w.heartbeats(hctx) }()
 	go w.loop(context.WithoutCancel(ctx))
 	return nil
 }
@@ -373,11 +394,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 func (w *Worker) stop(ctx context.Context) error {
 	w.stopping.Store(true)
 	close(w.stopCh)
-	w.mu.Lock()
-	if w.iter != nil {
-		w.iter.Drain()
-	}
-	w.mu.Unlock()
 	if w.started.Load() {
 		select {
 		case <-w.loopDone:
@@ -400,6 +416,13 @@ func (w *Worker) stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("worker: jobs still running at shutdown: %w", ctx.Err())
+	}
+	// Every job is over: the ticker and the .ctl subscription have no run
+	// left to act on.
+	if w.started.Load() {
+		w.hbStop()
+		<-w.hbDone
+		_ = w.ctlSub.Unsubscribe()
 	}
 	// Every job is over, so no sandbox destruction starts any more: wait for
 	// those under way.
@@ -431,8 +454,8 @@ func (w *Worker) loop(ctx context.Context) {
 		}
 		waiting = waitLog{}
 		ackWait := cons.CachedInfo().Config.AckWait
-		it, err := cons.Messages(jetstream.PullMaxMessages(1),
-			jetstream.PullExpiry(w.cfg.PullExpiry), jetstream.PullHeartbeat(w.cfg.PullHeartbeat))
+		w.setAckWait(ackWait)
+		p, err := newPuller(w.cfg.NC, w.names.JobsStream(), w.names.Consumer(), w.cfg.Slots, w.cfg.PullExpiry, w.cfg.PullHeartbeat)
 		if err != nil {
 			w.log.Error().Err(err).Msg("cannot pull from the work consumer")
 			select {
@@ -441,93 +464,110 @@ func (w *Worker) loop(ctx context.Context) {
 			}
 			continue
 		}
-		w.mu.Lock()
-		w.iter = it
-		stopping := w.stopping.Load()
-		w.mu.Unlock()
-		if stopping {
-			it.Drain()
-		}
 		w.ready.Store(true)
 		w.log.Info().Int("slots", w.cfg.Slots).Dur("ack_wait", ackWait).Msg("pulling jobs")
-		w.pull(it, ackWait)
+		err = w.pull(p, ackWait)
+		p.close()
 		w.ready.Store(false)
+		if err != nil {
+			w.log.Warn().Err(err).Msg("pulling jobs; looking the work consumer up again")
+		}
 	}
 }
 
-// pull takes one message per free slot until the iterator closes.
-func (w *Worker) pull(it jetstream.MessagesContext, ackWait time.Duration) {
-	defer it.Stop()
+// pull asks for as many jobs as there are free slots, in one pull request
+// (not one per slot), and starts each job it is given, until the worker
+// stops or the consumer is gone. A job given when no slot is free (a
+// request thought lost that was answered after all) is handed back at once.
+func (w *Worker) pull(p *puller, ackWait time.Duration) error {
+	watch := time.NewTicker(p.hb)
+	defer watch.Stop()
 	for {
-		// Take a slot before asking for a job. While shutting down no slot
-		// is needed: Next only drains what the iterator already holds.
-		acquired := false
+		if w.stopping.Load() {
+			return nil
+		}
 		w.waitJournalRoom()
-		if !w.stopping.Load() {
-			select {
-			case w.slots <- struct{}{}:
-				acquired = true
-			case <-w.stopCh:
+		if w.stopping.Load() {
+			return nil
+		}
+		if free := cap(w.slots) - len(w.slots) - p.pending; free > 0 && w.cfg.NC.IsConnected() {
+			if err := p.ask(free); err != nil {
+				w.log.Warn().Err(err).Msg("asking for jobs")
 			}
 		}
-		release := func() {
-			if acquired {
-				<-w.slots
+		select {
+		case <-w.stopCh:
+			return nil
+		case <-w.freed:
+		case now := <-watch.C:
+			if p.lost(now) {
+				w.log.Warn().Int("jobs", p.pending).Msg("no answer to the pull request for two heartbeats; asking again")
+				p.pending = 0
 			}
-		}
-		msg, err := it.Next()
-		if err != nil {
-			release()
-			switch {
-			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-				return
-			case errors.Is(err, jetstream.ErrNoHeartbeat):
-				continue
-			default:
-				w.log.Warn().Err(err).Msg("pulling jobs")
-				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-					return
+		case m := <-p.msgs:
+			p.seen = time.Now()
+			if isStatus(m) {
+				if err := p.status(m); err != nil {
+					if errors.Is(err, errConsumerGone) {
+						return err
+					}
+					w.log.Warn().Err(err).Msg("pulling jobs")
 				}
 				continue
 			}
+			p.pending = max(0, p.pending-1)
+			w.start(&jobMsg{m: m, nc: w.cfg.NC}, ackWait)
 		}
-		if w.stopping.Load() || !acquired {
-			// Pulled while shutting down: hand it back at once.
-			_ = msg.Nak()
-			release()
-			continue
-		}
-		if !w.holdWhileJournalFull(msg, ackWait) {
-			_ = msg.Nak()
-			release()
-			continue
-		}
-		w.metrics.running.Inc()
-		w.metrics.freeSlots.Dec()
-		w.jobs.Add(1)
-		var once sync.Once
-		// runEnded frees the slot once the agent has exited; the job's
-		// bookkeeping (flush, terminal status, ack) may go on after it,
-		// holding a finishing token instead, so at most Slots jobs finish
-		// at once. Until it is acked the job still counts toward the
-		// consumer's MaxAckPending, so fleet-wide concurrency stays exact.
-		runEnded := func() {
-			once.Do(func() {
-				w.finishing <- struct{}{}
-				w.metrics.running.Dec()
-				w.metrics.freeSlots.Inc()
-				<-w.slots
-			})
-		}
-		go func() {
-			defer func() {
-				runEnded()
-				<-w.finishing
-				w.jobs.Done()
-			}()
-			w.handle(msg, ackWait, runEnded)
-		}()
 	}
+}
+
+// start runs a job it was given in a free slot, or hands it back when
+// there is none or the worker is stopping.
+func (w *Worker) start(msg jetstream.Msg, ackWait time.Duration) {
+	if w.stopping.Load() {
+		_ = msg.Nak()
+		return
+	}
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		_ = msg.Nak()
+		return
+	}
+	if !w.holdWhileJournalFull(msg, ackWait) {
+		_ = msg.Nak()
+		<-w.slots
+		return
+	}
+	w.metrics.running.Inc()
+	w.metrics.freeSlots.Dec()
+	w.jobs.Add(1)
+	var once sync.Once
+	// runEnded frees the slot once the agent has exited; the job's
+	// bookkeeping (flush, terminal status, ack) may go on after it,
+	// holding a finishing token instead, so at most Slots jobs finish
+	// at once. Until it is acked the job still counts toward the
+	// consumer's MaxAckPending, so fleet-wide concurrency stays exact.
+	runEnded := func() {
+		once.Do(func() {
+			w.finishing <- struct{}{}
+			w.metrics.running.Dec()
+			w.metrics.freeSlots.Inc()
+			<-w.slots
+			select {
+			case w.freed <- struct{}{}:
+			default:
+			}
+		})
+	}
+	go func() {
+		defer func() {
+			runEnded()
+			<-w.finishing
+			w.jobs.Done()
+		}()
+		w.handle(msg, ackWait, runEnded)
+	}()
 }
 
 // lineLimit is the largest line that goes out as one NATS message (with

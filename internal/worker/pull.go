@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// puller asks the work consumer for jobs on one inbox subscription that
+// lives as long as the consumer handle: one pull request for as many jobs
+// as there are free slots, never more (a busy worker holds no queued job).
+// nats.go's iterators either prefetch (Messages/Consume keep a buffer
+// whatever the free slots) or subscribe per request (Fetch), hence this
+// small client of the pull protocol
+// ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>, status messages 100 idle
+// heartbeat, 408 request expired with the unfilled count in
+// Nats-Pending-Messages, 409 for the rest).
+type puller struct {
+	nc      *nats.Conn
+	next    string // the pull request subject
+	inbox   string
+	sub     *nats.Subscription
+	msgs    chan *nats.Msg
+	expiry  time.Duration
+	hb      time.Duration
+	pending int       // jobs asked for and not yet delivered, expired or lost
+	seen    time.Time // last message of any kind on the inbox
+}
+
+// errConsumerGone ends a pull loop: the consumer must be looked up again.
+var errConsumerGone = errors.New("worker: the work consumer is gone")
+
+func newPuller(nc *nats.Conn, stream, consumer string, slots int, expiry, hb time.Duration) (*puller, error) {
+	p := &puller{
+		nc:     nc,
+		next:   jetstream.DefaultAPIPrefix + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		inbox:  nc.NewInbox(),
+		msgs:   make(chan *nats.Msg, 2*slots+256),
+		expiry: expiry,
+		hb:     hb,
+	}
+	sub, err := nc.ChanSubscribe(p.inbox, p.msgs)
+	if err != nil {
+		return nil, err
+	}
+	p.sub = sub
+	return p, nil
+}
+
+func (p *puller) close() { _ = p.sub.Unsubscribe() }
+
+// ask sends one pull request for n jobs.
+func (p *puller) ask(n int) error {
+	req, err := json.Marshal(struct {
+		Expires   time.Duration `json:"expires"`
+		Batch     int           `json:"batch"`
+		Heartbeat time.Duration `json:"idle_heartbeat"`
+	}{p.expiry, n, p.hb})
+	if err != nil {
+		return err
+	}
+	if err := p.nc.PublishRequest(p.next, p.inbox, req); err != nil {
+		return err
+	}
+	p.pending += n
+	p.seen = time.Now()
+	return nil
+}
+
+// lost reports whether the outstanding requests went unanswered for two
+// idle heartbeats (a consumer leader change, a reconnect): they are
+// forgotten and asked for again.
+func (p *puller) lost(now time.Time) bool {
+	return p.pending > 0 && now.Sub(p.seen) > 2*p.hb
+}
+
+// status handles a message without a job. It returns errConsumerGone when
+// the consumer was deleted.
+func (p *puller) status(m *nats.Msg) error {
+	code := m.Header.Get("Status")
+	desc := strings.ToLower(m.Header.Get("Description"))
+	switch code {
+	case "100": // idle heartbeat
+		return nil
+	case "408", "409":
+		if left, err := strconv.Atoi(m.Header.Get("Nats-Pending-Messages")); err == nil {
+			p.pending = max(0, p.pending-left)
+		} else if code == "409" {
+			// A request ended without saying how much of it was left
+			// (leadership change, max waiting): ask again for all.
+			p.pending = 0
+		}
+		if code == "409" && strings.Contains(desc, "consumer deleted") {
+			return errConsumerGone
+		}
+		return nil
+	}
+	return fmt.Errorf("worker: pull status %s %s", code, m.Header.Get("Description"))
+}
+
+// isStatus reports whether m is a status message of the pull protocol.
+func isStatus(m *nats.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") != ""
+}
+
+// jobMsg is a job delivered on the puller's inbox, acked on its reply
+// subject as nats.go's jetstream.Msg would be.
+type jobMsg struct {
+	m    *nats.Msg
+	nc   *nats.Conn
+	ackd atomic.Bool
+}
+
+var _ jetstream.Msg = (*jobMsg)(nil)
+
+func (j *jobMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := j.m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	out := &jetstream.MsgMetadata{
+		NumDelivered: md.NumDelivered, NumPending: md.NumPending, Timestamp: md.Timestamp,
+		Stream: md.Stream, Consumer: md.Consumer, Domain: md.Domain,
+	}
+	out.Sequence.Stream, out.Sequence.Consumer = md.Sequence.Stream, md.Sequence.Consumer
+	return out, nil
+}
+
+func (j *jobMsg) Data() []byte         { return j.m.Data }
+func (j *jobMsg) Headers() nats.Header { return j.m.Header }
+func (j *jobMsg) Subject() string      { return j.m.Subject }
+func (j *jobMsg) Reply() string        { return j.m.Reply }
+
+func (j *jobMsg) reply(ctx context.Context, body []byte, final bool) error {
+	if j.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	if j.ackd.Load() {
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	var err error
+	if ctx != nil {
+		_, err = j.nc.RequestWithContext(ctx, j.m.Reply, body)
+	} else {
+		err = j.nc.Publish(j.m.Reply, body)
+	}
+	if err == nil && final {
+		j.ackd.Store(true)
+	}
+	return err
+}
+
+func (j *jobMsg) Ack() error { return j.reply(nil, []byte("+ACK"), true) }
+func (j *jobMsg) DoubleAck(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	return j.reply(ctx, []byte("+ACK"), true)
+}
+func (j *jobMsg) Nak() error { return j.reply(nil, []byte("-NAK"), true) }
+func (j *jobMsg) NakWithDelay(d time.Duration) error {
+	if d <= 0 {
+		return j.Nak()
+	}
+	return j.reply(nil, fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds()), true)
+}
+func (j *jobMsg) InProgress() error { return j.reply(nil, []byte("+WPI"), false) }
+func (j *jobMsg) Term() error       { return j.reply(nil, []byte("+TERM"), true) }
+func (j *jobMsg) TermWithReason(reason string) error {
+	return j.reply(nil, []byte("+TERM "+reason), true)
+}
