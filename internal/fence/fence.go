@@ -227,19 +227,6 @@ func (w *Writer) Claim(ctx context.Context, ev protocol.StatusEvent) (Verdict, e
 	return w.Publish(ctx, ev)
 }
 
-// ClaimFirst claims the query for a first attempt without reading
-// anything: ev is published as a compare-and-set against no status on
-// record (sequence 0). That holds for a query nobody has written to, and
-// then the claim costs one publish. When a status is on record (a
-// dispatcher's "queued", an earlier submission's, a cancel), the server
-// refuses the publish and Publish reads that status back, decides as Claim
-// would, and tries again against it: the same verdicts as Claim, one
-// publish more.
-func (w *Writer) ClaimFirst(ctx context.Context, ev protocol.StatusEvent) (Verdict, error) {
-	w.token.Store(0)
-	return w.Publish(ctx, ev)
-}
-
 // Publish stores ev on the status subject if the last status there is
 // still the token. On a conflict it reads the last status back: its own
 // (a publish whose ack was lost) counts as stored; a verdict other than

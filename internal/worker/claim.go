@@ -16,15 +16,13 @@ import (
 )
 
 // claim reads whether a cancel is on record and claims the query for this
-// attempt: a first attempt publishes "running" as a compare-and-set
-// against nothing on record (no read at all when that holds; when a status
-// is on record, e.g. the dispatcher's "queued", the fence reads it back,
-// decides and tries again); a redelivery reads the last status first and
-// announces itself ("retrying", then "running"). The cancel lookup runs
-// beside the claim. It returns baseOf, which reads the Fleet-Seq the
-// attempt continues from: that read starts once the claim is stored (no
-// older attempt can add a line after it, so what it finds is final) and
-// runs while the sandbox is made; the first line waits for it.
+// attempt (package fence): it reads the last status from the stream leader
+// and publishes its first status as a compare-and-set on it ("running"; a
+// redelivery announces "retrying" first). The cancel lookup runs beside
+// the claim. It returns baseOf, which reads the Fleet-Seq the attempt
+// continues from: that read starts once the claim is stored (no older
+// attempt can add a line after it, so what it finds is final) and runs
+// while the sandbox is made; the first line waits for it.
 func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cancelled bool, v fence.Verdict, err error) {
 	w, job := q.w, q.job
 	// The cancel lookup is independent of the claim: ask at once. The
@@ -71,7 +69,12 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 			}
 		}
 	case job.Workspace == nil:
-		v, err = q.fw.ClaimFirst(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+		// Read first, then compare-and-set. (A compare-and-set against
+		// "nothing on record" without the read was tried: core
+		// subscribers of .status see every publish, stored or refused, so
+		// whenever a status is on record, e.g. the dispatcher's "queued",
+		// they would see a "running" that never was.)
+		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
 	default:
 		// A first attempt whose first status comes after the checkout:
 		// its lines are fenced as soon as a later attempt claims.

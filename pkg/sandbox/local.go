@@ -141,6 +141,8 @@ type Local struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*localSandbox // live (not destroyed) sandboxes by ID
+
+	pool *dirPool // recycled sandbox trees and the trash (localpool.go)
 }
 
 var _ Provider = (*Local)(nil)
@@ -166,9 +168,14 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: new local provider: %w", err)
 	}
+	pool, err := newDirPool(root)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: new local provider: %w", err)
+	}
 	cfg.EnvAllow = slices.Clone(cfg.EnvAllow)
 	cfg.Env = maps.Clone(cfg.Env)
 	l := &Local{
+		pool:      pool,
 		cfg:       cfg,
 		root:      root,
 		log:       cfg.Logger.With().Str("component", "sandbox").Str("provider", "local").Logger(),
@@ -226,9 +233,11 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		procs:     make(map[string]*localProcess),
 		log:       l.log.With().Str("sandbox", spec.ID).Logger(),
 	}
-	for _, d := range []string{dir, s.work, s.home, s.claudeDir, s.tmp} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("sandbox: create %s: %w", spec.ID, err)
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) || !l.pool.take(dir) {
+		for _, d := range []string{dir, s.work, s.home, s.claudeDir, s.tmp} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return nil, fmt.Errorf("sandbox: create %s: %w", spec.ID, err)
+			}
 		}
 	}
 	root, err := os.OpenRoot(s.work)
@@ -734,8 +743,12 @@ func (s *localSandbox) destroy(ctx context.Context, procs []*localProcess) error
 		s.root = nil
 	}
 	s.fileMu.Unlock()
-	if err := removeAll(s.dir); err != nil {
-		return fmt.Errorf("sandbox: destroy %s: %w", s.id, err)
+	// Every process is gone: the tree is recycled when nothing was
+	// written to it, else removed with the next batch (localpool.go).
+	if err := s.l.pool.put(s.dir); err != nil {
+		if err := removeAll(s.dir); err != nil {
+			return fmt.Errorf("sandbox: destroy %s: %w", s.id, err)
+		}
 	}
 	s.log.Debug().Msg("sandbox destroyed")
 	return nil
