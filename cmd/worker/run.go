@@ -25,7 +25,6 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
-	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 

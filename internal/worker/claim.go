@@ -99,17 +99,33 @@ func (q *query) readBase(ctx context.Context) func() (uint64, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		rctx, cancel := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
+		// Retried (each try bounded by PublishTimeout) for up to
+		// ClaimTimeout: the agent may already be starting, and a stream
+		// leader election must not cost it its run.
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
 		defer cancel()
-		m, err := fence.LastMsg(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			ch <- result{}
-		case err != nil:
-			ch <- result{err: fmt.Errorf("reading the query's last line: %w", err)}
-		default:
-			base, _ := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
-			ch <- result{base: base}
+		backoff := 50 * time.Millisecond
+		for try := 1; ; try++ {
+			rctx, rcancel := context.WithTimeout(cctx, w.cfg.PublishTimeout)
+			m, err := fence.LastMsg(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
+			rcancel()
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				ch <- result{}
+				return
+			case err == nil:
+				base, _ := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+				ch <- result{base: base}
+				return
+			}
+			if try == 1 || try%20 == 0 {
+				q.log.Warn().Err(err).Int("try", try).Msg("reading the query's last line failed; retrying")
+			}
+			if serr := sleepCtx(cctx, backoff); serr != nil {
+				ch <- result{err: fmt.Errorf("reading the query's last line: %w", err)}
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
 		}
 	}()
 	return sync.OnceValues(func() (uint64, error) {
