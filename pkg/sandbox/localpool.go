@@ -22,16 +22,16 @@ import (
 // Recycling happens only after every process of the sandbox has ended
 // (Destroy), so nothing of one run reaches the next.
 const (
-	poolDir        = ".pool"
-	trashDir       = ".trash"
-	poolMax = 64
+	poolDir  = ".pool"
+	trashDir = ".trash"
+	poolMax  = 64
 )
 
 type dirPool struct {
 	root string
 	seq  atomic.Uint64
 
-	mu    sync.Mutex
+	mu       sync.Mutex
 	free     []string // pristine trees under root/.pool
 	emptying bool     // a Destroy is emptying the trash
 }

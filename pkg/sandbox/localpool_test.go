@@ -50,7 +50,9 @@ func TestLocalNeverRecyclesWrittenDirectories(t *testing.T) {
 	b := setupLocal(t, sandbox.LocalConfig{})
 	ctx := testCtx(t)
 	write := map[string]func(dir string){
-		"work": func(dir string) { require.NoError(t, os.WriteFile(filepath.Join(dir, "work", "secret"), []byte("s"), 0o600)) },
+		"work": func(dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "work", "secret"), []byte("s"), 0o600))
+		},
 		"home": func(dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "home", ".claude", "creds"), []byte("s"), 0o600))
 		},
