@@ -27,8 +27,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ReadyTimeout bounds how long a server may take to accept connections.
-const ReadyTimeout = 10 * time.Second
+// ReadyTimeout bounds how long a server may take to accept connections
+// (generous: JetStream recovery on a loaded 2-core CI machine is slow).
+const ReadyTimeout = time.Minute
 
 // Option changes the server's options before it starts.
 type Option func(*server.Options)
