@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -27,10 +28,15 @@ func TestWorkspaceRealClaudeCodeWriteComesBack(t *testing.T) {
 	t.Parallel()
 	claude := claudetest.Path(t)
 	root := t.TempDir()
-	// Local sandboxes live at <root>/<tenant>-<id>-<attempt>/work.
-	notes := filepath.Join(root, "default-ws-claude-1", "work", "NOTES.md")
 	fake := anthropicfake.New(t, func(r *anthropicfake.Request) anthropicfake.Reply {
 		if len(r.ToolResults()) == 0 {
+			// Local sandboxes live at <root>/<tenant>-<id>-<seq>-<attempt>/work;
+			// the run's is the one there while it asks.
+			dirs, _ := filepath.Glob(filepath.Join(root, "default-ws-claude-*", "work"))
+			if len(dirs) != 1 {
+				return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.Text(fmt.Sprintf("no single sandbox: %v", dirs))}}
+			}
+			notes := filepath.Join(dirs[0], "NOTES.md")
 			return anthropicfake.Reply{Blocks: []anthropicfake.Block{
 				anthropicfake.ToolUse("Write", map[string]any{"file_path": notes, "content": "written by claude\n"}),
 			}}

@@ -173,6 +173,14 @@ func (q *query) ack(ctx context.Context) {
 // jobSeq is the job's sequence in the work-queue stream.
 func (q *query) jobSeq() uint64 { return jobSeqOf(q.msg) }
 
+// msgSeq is the work message's own stream sequence (0 when unknown).
+func (q *query) msgSeq() uint64 {
+	if md, err := q.msg.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
+}
+
 // jobSeqOf is the sequence of the job's submission: the admitter's
 // Fleet-Job-Seq header on an admitted job, else the message's own.
 func jobSeqOf(msg jetstream.Msg) uint64 {

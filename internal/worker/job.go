@@ -463,7 +463,7 @@ func (q *query) prepareSandbox(ctx context.Context, provider sandbox.Provider) f
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, q.w.cfg.CreateTimeout)
 		defer cancel()
-		sb, err := provider.Create(cctx, sandbox.Spec{ID: sandboxID(q.job, q.attempt)})
+		sb, err := provider.Create(cctx, sandbox.Spec{ID: sandboxID(q.job, q.msgSeq(), q.attempt)})
 		ch <- result{sb, err}
 	}()
 	return sync.OnceValues(func() (sandbox.Sandbox, error) {
@@ -534,8 +534,12 @@ func (q *query) status(ev protocol.StatusEvent) {
 	}
 }
 
-func sandboxID(job *protocol.Job, attempt int) string {
-	id := job.Tenant + "-" + job.ID + "-" + strconv.Itoa(attempt)
+func sandboxID(job *protocol.Job, msgSeq uint64, attempt int) string {
+	// The work message's sequence makes the name unique per run: a
+	// session's continuation is a new message of the same query whose
+	// delivery is attempt 1 again, created while the parked run's sandbox
+	// may still be being destroyed in the background.
+	id := job.Tenant + "-" + job.ID + "-" + strconv.FormatUint(msgSeq, 10) + "-" + strconv.Itoa(attempt)
 	if len(id) > 128 {
 		id = id[len(id)-128:]
 	}
