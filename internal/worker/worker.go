@@ -5,21 +5,57 @@
 //
 // # Pulling
 //
-// One iterator with PullMaxMessages(1) and a slot semaphore: Next is called
-// only while a slot is free, so a busy worker holds no queued job and never
-// prefetches (the default Consume prefetches 500). A slot is taken from the
-// pull until the agent has exited; the job's last steps (flush, terminal
-// status, ack) then finish without holding it, at most Slots jobs at once.
-// Fleet-wide concurrency is the consumer's MaxAckPending, enforced by the
-// server, which counts a job until its ack.
+// One pull request for as many jobs as there are free slots (package
+// pull), on one inbox subscription per consumer lookup: whenever a slot
+// frees, the worker asks for free slots minus the jobs it already asked
+// for, so a busy worker holds no queued job and never prefetches. A slot
+// is taken from the pull until the agent has exited; the job's last steps
+// (flush, terminal status, ack) then finish without holding it, at most
+// Slots jobs at once. Fleet-wide concurrency is the consumer's
+// MaxAckPending, enforced by the server, which counts a job until its ack.
+//
+// # One subscription and one ticker per worker
+//
+// Per job the worker opens no subscription and starts no timer. One
+// subscription on every query's .ctl subject (the wildcard) hands a cancel
+// to the runs of that query on this worker (runs.go); a run registers
+// before the claim reads the .ctl history, so a cancel is either in that
+// history or delivered while the run is registered. One ticker sends
+// InProgress for every running job each Heartbeat (AckWait/3) and, for
+// runs older than one interval, rechecks the fence: a later attempt's
+// claim already stops a run at its next line or status (the server
+// refuses them), the recheck bounds how long a silent agent of a
+// superseded attempt goes on. (There was a .status subscription per job
+// for that; the fence made it a shortcut only.)
+//
+// # Starting a run
+//
+// The sandbox is made while the claim is in flight (nobody else can see
+// it; it is destroyed if the claim says Finished or Superseded or a cancel
+// is on record): the agent starts only once the claim is stored, so no
+// agent runs for an attempt that does not own the query. The read of the
+// last Fleet-Seq, which must come after the claim, runs while the sandbox
+// finishes and the agent starts; the first line waits for it. Before the
+// agent: one read of the last status (beside the .ctl history read) and
+// the compare-and-set of "running", two round trips where there were
+// three, with the sandbox's directories made meanwhile.
+//
+// A first attempt does read the last status before its claim. Claiming
+// with a compare-and-set against "nothing on record" would save that read
+// when nothing is on record, but core subscribers of .status see every
+// publish, stored or refused, and with the dispatcher's "queued" on record
+// (always, for jobs submitted through it) they would see a "running" that
+// never was.
 //
 // # Outcomes
 //
 // A run that got as far as its relay ends through one exit (query.finish),
 // which shuts the relay down and closes the journal log whatever the
 // outcome; its switch takes the cases below in the reverse order, fenced
-// first. Each run owns its goroutines (heartbeat, relay) and returns only
-// once they have, so Stop, which waits for every run, waits for them.
+// first. Each run owns its goroutines (relay, the Fleet-Seq read, the
+// sandbox's creation) and returns only once they have, so Stop, which
+// waits for every run, waits for them; the worker's ticker and .ctl
+// subscription end after the last run.
 //
 // Before anything runs, the run claims the query (package fence): its first
 // status is a compare-and-set on the query's last status, bounded by
@@ -53,7 +89,8 @@
 // for its lines in flight, reads the stream back from the leader and sends
 // again, in order, from the first line not stored. Pulls carry an idle
 // heartbeat (PullHeartbeat), so a pull lost with a consumer leader is
-// issued again after two missed heartbeats. The line size limit is read
+// issued again after two missed heartbeats (a job that still arrives for
+// it when no slot is free is handed back at once). The line size limit is read
 // from the connection per run, after the first connect.
 package worker
 
@@ -73,6 +110,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/pull"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -455,7 +493,7 @@ func (w *Worker) loop(ctx context.Context) {
 		waiting = waitLog{}
 		ackWait := cons.CachedInfo().Config.AckWait
 		w.setAckWait(ackWait)
-		p, err := newPuller(w.cfg.NC, w.names.JobsStream(), w.names.Consumer(), w.cfg.Slots, w.cfg.PullExpiry, w.cfg.PullHeartbeat)
+		p, err := pull.New(w.cfg.NC, w.names.JobsStream(), w.names.Consumer(), 2*w.cfg.Slots+256, w.cfg.PullExpiry, w.cfg.PullHeartbeat)
 		if err != nil {
 			w.log.Error().Err(err).Msg("cannot pull from the work consumer")
 			select {
@@ -467,7 +505,7 @@ func (w *Worker) loop(ctx context.Context) {
 		w.ready.Store(true)
 		w.log.Info().Int("slots", w.cfg.Slots).Dur("ack_wait", ackWait).Msg("pulling jobs")
 		err = w.pull(p, ackWait)
-		p.close()
+		p.Close()
 		w.ready.Store(false)
 		if err != nil {
 			w.log.Warn().Err(err).Msg("pulling jobs; looking the work consumer up again")
@@ -479,8 +517,8 @@ func (w *Worker) loop(ctx context.Context) {
 // (not one per slot), and starts each job it is given, until the worker
 // stops or the consumer is gone. A job given when no slot is free (a
 // request thought lost that was answered after all) is handed back at once.
-func (w *Worker) pull(p *puller, ackWait time.Duration) error {
-	watch := time.NewTicker(p.hb)
+func (w *Worker) pull(p *pull.Puller, ackWait time.Duration) error {
+	watch := time.NewTicker(p.Heartbeat())
 	defer watch.Stop()
 	for {
 		if w.stopping.Load() {
@@ -490,8 +528,8 @@ func (w *Worker) pull(p *puller, ackWait time.Duration) error {
 		if w.stopping.Load() {
 			return nil
 		}
-		if free := cap(w.slots) - len(w.slots) - p.pending; free > 0 && w.cfg.NC.IsConnected() {
-			if err := p.ask(free); err != nil {
+		if free := cap(w.slots) - len(w.slots) - p.Pending(); free > 0 && w.cfg.NC.IsConnected() {
+			if err := p.Ask(free); err != nil {
 				w.log.Warn().Err(err).Msg("asking for jobs")
 			}
 		}
@@ -500,23 +538,20 @@ func (w *Worker) pull(p *puller, ackWait time.Duration) error {
 			return nil
 		case <-w.freed:
 		case now := <-watch.C:
-			if p.lost(now) {
-				w.log.Warn().Int("jobs", p.pending).Msg("no answer to the pull request for two heartbeats; asking again")
-				p.pending = 0
+			if p.Lost(now) {
+				w.log.Warn().Msg("no answer to the pull request for two heartbeats; asking again")
 			}
-		case m := <-p.msgs:
-			p.seen = time.Now()
-			if isStatus(m) {
-				if err := p.status(m); err != nil {
-					if errors.Is(err, errConsumerGone) {
+		case m := <-p.Msgs():
+			if pull.IsStatus(m) {
+				if err := p.Status(m); err != nil {
+					if errors.Is(err, pull.ErrConsumerGone) {
 						return err
 					}
 					w.log.Warn().Err(err).Msg("pulling jobs")
 				}
 				continue
 			}
-			p.pending = max(0, p.pending-1)
-			w.start(&jobMsg{m: m, nc: w.cfg.NC}, ackWait)
+			w.start(p.Job(m), ackWait)
 		}
 	}
 }

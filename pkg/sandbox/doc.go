@@ -82,6 +82,14 @@
 // symlinks leading out of the workspace give ErrInvalid. Destroy also removes
 // read-only trees an agent left behind.
 //
+// Directories come from a pool (localpool.go): once every process of a
+// destroyed sandbox has ended, a tree nothing wrote to (exactly the four
+// empty 0700 directories, no symlink) is renamed into Root/.pool and the
+// next Create takes it with one rename instead of five mkdirs; any other
+// tree is renamed into Root/.trash and removed, one Destroy at a time
+// emptying the trash in passes, with whatever others renamed there
+// meanwhile. Nothing a run wrote ever reaches another sandbox.
+//
 // # Local: no process outlives its run
 //
 // When a process's leader exits (by itself, by Stop on cancel, timeout or

@@ -198,8 +198,9 @@ func (l *Local) Name() string { return "local" }
 // ContainEnviron or ContainGroup; never ContainAuto).
 func (l *Local) Containment() string { return l.contain.mode() }
 
-// Create creates the directory Root/<spec.ID> and its subdirectories, or
-// reuses them if they exist (a previous attempt's files are kept). Calling
+// Create creates the directory Root/<spec.ID> and its subdirectories (by
+// renaming a pristine tree from the pool when there is one), or reuses
+// them if they exist (a previous attempt's files are kept). Calling
 // Create again for a sandbox that is still open returns that same sandbox;
 // the new spec.Env then applies to processes started afterwards.
 // Errors wrap ErrInvalid (bad ID or Env) or the file system error.

@@ -1,4 +1,4 @@
-package worker
+package pull
 
 import (
 	"context"
@@ -14,16 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// puller asks the work consumer for jobs on one inbox subscription that
-// lives as long as the consumer handle: one pull request for as many jobs
-// as there are free slots, never more (a busy worker holds no queued job).
-// nats.go's iterators either prefetch (Messages/Consume keep a buffer
-// whatever the free slots) or subscribe per request (Fetch), hence this
-// small client of the pull protocol
-// ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>, status messages 100 idle
-// heartbeat, 408 request expired with the unfilled count in
-// Nats-Pending-Messages, 409 for the rest).
-type puller struct {
+// Puller is one worker's client of the pull protocol: one inbox
+// subscription, pull requests for n jobs, and the count of jobs asked for
+// and not yet delivered (package doc). Not safe for concurrent use: one
+// loop owns it.
+type Puller struct {
 	nc      *nats.Conn
 	next    string // the pull request subject
 	inbox   string
@@ -35,15 +30,19 @@ type puller struct {
 	seen    time.Time // last message of any kind on the inbox
 }
 
-// errConsumerGone ends a pull loop: the consumer must be looked up again.
-var errConsumerGone = errors.New("worker: the work consumer is gone")
+// ErrConsumerGone ends a pull loop: the consumer must be looked up again.
+var ErrConsumerGone = errors.New("pull: the consumer is gone")
 
-func newPuller(nc *nats.Conn, stream, consumer string, slots int, expiry, hb time.Duration) (*puller, error) {
-	p := &puller{
+// New subscribes to a new inbox for the jobs of consumer on stream; bufSize
+// bounds the messages waiting to be read (say twice the slots, plus room
+// for heartbeats). expiry is each request's lifetime, hb the server's idle
+// heartbeat on it.
+func New(nc *nats.Conn, stream, consumer string, bufSize int, expiry, hb time.Duration) (*Puller, error) {
+	p := &Puller{
 		nc:     nc,
 		next:   jetstream.DefaultAPIPrefix + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
 		inbox:  nc.NewInbox(),
-		msgs:   make(chan *nats.Msg, 2*slots+256),
+		msgs:   make(chan *nats.Msg, bufSize),
 		expiry: expiry,
 		hb:     hb,
 	}
@@ -55,10 +54,11 @@ func newPuller(nc *nats.Conn, stream, consumer string, slots int, expiry, hb tim
 	return p, nil
 }
 
-func (p *puller) close() { _ = p.sub.Unsubscribe() }
+// Close unsubscribes; the server drops the requests still waiting.
+func (p *Puller) Close() { _ = p.sub.Unsubscribe() }
 
-// ask sends one pull request for n jobs.
-func (p *puller) ask(n int) error {
+// Ask sends one pull request for n jobs.
+func (p *Puller) Ask(n int) error {
 	req, err := json.Marshal(struct {
 		Expires   time.Duration `json:"expires"`
 		Batch     int           `json:"batch"`
@@ -75,16 +75,38 @@ func (p *puller) ask(n int) error {
 	return nil
 }
 
-// lost reports whether the outstanding requests went unanswered for two
+// Lost reports whether the outstanding requests went unanswered for two
 // idle heartbeats (a consumer leader change, a reconnect): they are
 // forgotten and asked for again.
-func (p *puller) lost(now time.Time) bool {
-	return p.pending > 0 && now.Sub(p.seen) > 2*p.hb
+func (p *Puller) Lost(now time.Time) bool {
+	if p.pending > 0 && now.Sub(p.seen) > 2*p.hb {
+		p.pending = 0
+		return true
+	}
+	return false
 }
 
-// status handles a message without a job. It returns errConsumerGone when
-// the consumer was deleted.
-func (p *puller) status(m *nats.Msg) error {
+// Msgs delivers what arrives on the inbox: jobs and status messages.
+func (p *Puller) Msgs() <-chan *nats.Msg { return p.msgs }
+
+// Pending is how many jobs were asked for and not yet delivered.
+func (p *Puller) Pending() int { return p.pending }
+
+// Heartbeat is the idle heartbeat asked of the server.
+func (p *Puller) Heartbeat() time.Duration { return p.hb }
+
+// Job takes a delivered job (not a status message) into account and
+// returns it as a jetstream.Msg, acked on its reply subject.
+func (p *Puller) Job(m *nats.Msg) jetstream.Msg {
+	p.seen = time.Now()
+	p.pending = max(0, p.pending-1)
+	return &jobMsg{m: m, nc: p.nc}
+}
+
+// Status handles a status message (IsStatus). It returns ErrConsumerGone
+// when the consumer was deleted.
+func (p *Puller) Status(m *nats.Msg) error {
+	p.seen = time.Now()
 	code := m.Header.Get("Status")
 	desc := strings.ToLower(m.Header.Get("Description"))
 	switch code {
@@ -99,15 +121,15 @@ func (p *puller) status(m *nats.Msg) error {
 			p.pending = 0
 		}
 		if code == "409" && strings.Contains(desc, "consumer deleted") {
-			return errConsumerGone
+			return ErrConsumerGone
 		}
 		return nil
 	}
-	return fmt.Errorf("worker: pull status %s %s", code, m.Header.Get("Description"))
+	return fmt.Errorf("pull: status %s %s", code, m.Header.Get("Description"))
 }
 
-// isStatus reports whether m is a status message of the pull protocol.
-func isStatus(m *nats.Msg) bool {
+// IsStatus reports whether m is a status message of the pull protocol.
+func IsStatus(m *nats.Msg) bool {
 	return len(m.Data) == 0 && m.Header.Get("Status") != ""
 }
 
