@@ -161,43 +161,59 @@ func (j *jobMsg) Headers() nats.Header { return j.m.Header }
 func (j *jobMsg) Subject() string      { return j.m.Subject }
 func (j *jobMsg) Reply() string        { return j.m.Reply }
 
-func (j *jobMsg) reply(ctx context.Context, body []byte, final bool) error {
+// publish sends an ack of kind body without waiting; final acks (all but
+// +WPI) mark the message as settled.
+func (j *jobMsg) publish(body []byte, final bool) error {
+	if err := j.check(); err != nil {
+		return err
+	}
+	if err := j.nc.Publish(j.m.Reply, body); err != nil {
+		return err
+	}
+	if final {
+		j.ackd.Store(true)
+	}
+	return nil
+}
+
+func (j *jobMsg) check() error {
 	if j.m.Reply == "" {
 		return jetstream.ErrMsgNoReply
 	}
 	if j.ackd.Load() {
 		return jetstream.ErrMsgAlreadyAckd
 	}
-	var err error
-	if ctx != nil {
-		_, err = j.nc.RequestWithContext(ctx, j.m.Reply, body)
-	} else {
-		err = j.nc.Publish(j.m.Reply, body)
-	}
-	if err == nil && final {
-		j.ackd.Store(true)
-	}
-	return err
+	return nil
 }
 
-func (j *jobMsg) Ack() error { return j.reply(nil, []byte("+ACK"), true) }
+func (j *jobMsg) Ack() error { return j.publish([]byte("+ACK"), true) }
+
+// DoubleAck acks and waits for the server's confirmation (5s unless ctx
+// has a deadline).
 func (j *jobMsg) DoubleAck(ctx context.Context) error {
+	if err := j.check(); err != nil {
+		return err
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	return j.reply(ctx, []byte("+ACK"), true)
+	if _, err := j.nc.RequestWithContext(ctx, j.m.Reply, []byte("+ACK")); err != nil {
+		return err
+	}
+	j.ackd.Store(true)
+	return nil
 }
-func (j *jobMsg) Nak() error { return j.reply(nil, []byte("-NAK"), true) }
+func (j *jobMsg) Nak() error { return j.publish([]byte("-NAK"), true) }
 func (j *jobMsg) NakWithDelay(d time.Duration) error {
 	if d <= 0 {
 		return j.Nak()
 	}
-	return j.reply(nil, fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds()), true)
+	return j.publish(fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds()), true)
 }
-func (j *jobMsg) InProgress() error { return j.reply(nil, []byte("+WPI"), false) }
-func (j *jobMsg) Term() error       { return j.reply(nil, []byte("+TERM"), true) }
+func (j *jobMsg) InProgress() error { return j.publish([]byte("+WPI"), false) }
+func (j *jobMsg) Term() error       { return j.publish([]byte("+TERM"), true) }
 func (j *jobMsg) TermWithReason(reason string) error {
-	return j.reply(nil, []byte("+TERM "+reason), true)
+	return j.publish([]byte("+TERM "+reason), true)
 }
