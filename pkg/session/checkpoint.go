@@ -16,7 +16,11 @@ import (
 // leaves in storage after a turn, under queries/<tenant>/<id>/session/:
 //
 //	state.json            this struct
-//	<claude sid>.jsonl    Claude Code's transcript of the session
+//	<claude sid>.tar      Claude Code's files of the session (SessionFiles):
+//	                      <sid>.jsonl, the transcript, and <sid>/, the
+//	                      session's directory (subagents' transcripts)
+//	<claude sid>.jsonl    the transcript alone (checkpoints stored before
+//	                      the archive; still restored)
 //
 // and, so that options.resume can name the Claude session id too,
 // queries/<tenant>/_claude/<claude sid>.json holds the query id. Lookups stay
@@ -39,6 +43,10 @@ type Checkpoint struct {
 	// Turn counts the turns that ended.
 	Turn int       `json:"turn"`
 	At   time.Time `json:"at"`
+	// Files names the session's files archive next to state.json ("":
+	// the checkpoint holds <sid>.jsonl only); FilesBytes is its size.
+	Files      string `json:"files,omitempty"`
+	FilesBytes int64  `json:"files_bytes,omitempty"`
 }
 
 // Key helpers for the checkpoint layout.
@@ -50,6 +58,10 @@ func transcriptKey(tenant, id, sid string) string {
 	return storage.QueryPrefix(tenant, id) + "session/" + sid + ".jsonl"
 }
 
+func filesKey(tenant, id, name string) string {
+	return storage.QueryPrefix(tenant, id) + "session/" + name
+}
+
 func claudeIndexKey(tenant, sid string) string {
 	return "queries/" + tenant + "/_claude/" + sid + ".json"
 }
@@ -57,16 +69,24 @@ func claudeIndexKey(tenant, sid string) string {
 // ErrNoCheckpoint: the query has no checkpoint.
 var ErrNoCheckpoint = errors.New("session: no checkpoint")
 
-// Save reads the transcript of cp.ClaudeSessionID out of sb and stores it
-// with cp for tenant/id; it returns the state's key. The transcript is
-// written before the state that names it.
+// Save reads the files of session cp.ClaudeSessionID out of sb (at most
+// DefaultMaxFilesBytes) and stores them with cp for tenant/id; it returns
+// the state's key.
 func Save(ctx context.Context, store storage.Store, sb sandbox.Sandbox, tenant, id string, cp Checkpoint) (string, error) {
-	data, err := SessionFile(ctx, sb, cp.ClaudeSessionID)
+	return SaveMax(ctx, store, sb, tenant, id, cp, DefaultMaxFilesBytes)
+}
+
+// SaveMax is Save with a limit on the session's files: over max bytes it
+// stores nothing and returns an error wrapping ErrTooLarge. The files are
+// written before the state that names them.
+func SaveMax(ctx context.Context, store storage.Store, sb sandbox.Sandbox, tenant, id string, cp Checkpoint, max int64) (string, error) {
+	archive, err := SessionFiles(ctx, sb, cp.ClaudeSessionID, max)
 	if err != nil {
 		return "", err
 	}
-	if err := store.Put(ctx, transcriptKey(tenant, id, cp.ClaudeSessionID), data); err != nil {
-		return "", fmt.Errorf("session: store transcript: %w", err)
+	cp.Files, cp.FilesBytes = cp.ClaudeSessionID+".tar", int64(len(archive))
+	if err := store.Put(ctx, filesKey(tenant, id, cp.Files), archive); err != nil {
+		return "", fmt.Errorf("session: store the session's files: %w", err)
 	}
 	cp.V = 1
 	if cp.At.IsZero() {
@@ -144,12 +164,25 @@ func Find(ctx context.Context, store storage.Store, tenant, ref string) (*Checkp
 	return cp, idx.ID, nil
 }
 
-// RestoreCheckpoint writes cp's transcript (stored for tenant/id) into sb,
-// so --resume=cp.ClaudeSessionID finds it.
+// RestoreCheckpoint writes cp's session files (stored for tenant/id) into
+// sb, replacing any copy of the session there, so --resume=
+// cp.ClaudeSessionID continues from exactly this checkpoint.
 func RestoreCheckpoint(ctx context.Context, store storage.Store, sb sandbox.Sandbox, tenant, id string, cp *Checkpoint) error {
-	data, err := store.Get(ctx, transcriptKey(tenant, id, cp.ClaudeSessionID))
-	if err != nil {
-		return fmt.Errorf("session: load transcript of %s/%s: %w", tenant, id, err)
+	if cp.Files == "" {
+		data, err := store.Get(ctx, transcriptKey(tenant, id, cp.ClaudeSessionID))
+		if err != nil {
+			return fmt.Errorf("session: load transcript of %s/%s: %w", tenant, id, err)
+		}
+		return Restore(ctx, sb, cp.ClaudeSessionID, data)
 	}
-	return Restore(ctx, sb, cp.ClaudeSessionID, data)
+	if cp.Files != cp.ClaudeSessionID+".tar" {
+		return fmt.Errorf("session: checkpoint of %s/%s names files %q, not its session's", tenant, id, cp.Files)
+	}
+	archive, err := store.Get(ctx, filesKey(tenant, id, cp.Files))
+	if err != nil {
+		return fmt.Errorf("session: load the session's files of %s/%s: %w", tenant, id, err)
+	}
+	// Whatever limit stored it, an archive is restored whole (CheckFiles
+	// still vets its entries).
+	return RestoreFiles(ctx, sb, cp.ClaudeSessionID, archive, max(int64(len(archive)), DefaultMaxFilesBytes))
 }

@@ -32,11 +32,18 @@
 //
 // # Checkpoints
 //
-// SessionFile reads Claude Code's transcript of the session
-// ($CLAUDE_CONFIG_DIR/projects/<project>/<session id>.jsonl) out of the
-// sandbox, and Restore writes one back into a fresh sandbox, so that
-// `--resume <session id>` finds it on any worker (Claude Code looks the id
-// up in every project directory of its config dir). Both run small helper
-// programs in the sandbox (printenv, cat, mkdir, cp: argv, never a shell),
-// so one implementation serves every provider.
+// SessionFiles reads what Claude Code keeps for a session out of the
+// sandbox, as a tar archive: the transcript
+// ($CLAUDE_CONFIG_DIR/projects/<project>/<session id>.jsonl) and the
+// session's directory beside it (<session id>/: Claude Code 2.1.330 keeps
+// its Task subagents' transcripts in subagents/). It is bounded
+// (DefaultMaxFilesBytes; over it, ErrTooLarge before anything is copied).
+// RestoreFiles vets an archive (CheckFiles), removes every other copy of
+// the session from the sandbox's config dir and unpacks the archive into
+// projects/RestoreProject, so that `--resume <session id>` continues from
+// exactly the checkpoint on any worker (Claude Code looks the id up in
+// every project directory of its config dir, and keeps writing there).
+// Both run small helper programs in the sandbox (printenv, find, tar,
+// mkdir, rm: argv, never a shell), so one implementation serves every
+// provider.
 package session

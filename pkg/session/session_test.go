@@ -57,7 +57,7 @@ func (b *testBundle) sandbox(t *testing.T) sandbox.Sandbox {
 func (b *testBundle) start(t *testing.T, sb sandbox.Sandbox, job *protocol.Job, resume string) *session.Session {
 	t.Helper()
 	s, err := session.Start(t.Context(), session.Config{Command: []string{b.claude}, ExitGrace: 30 * time.Second}, session.Spec{
-		Sandbox: sb, Job: job, Resume: resume,
+		Sandbox: sb, Job: job, Resume: resume, ProcID: "session-" + strconv.FormatUint(runSeq.Add(1), 10),
 		OnRequest: func(r session.Request) { b.reqs <- r },
 	}, func(l agent.Line) error {
 		b.mu.Lock()
