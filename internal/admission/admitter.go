@@ -686,6 +686,7 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	seq := strconv.FormatUint(raw.Sequence, 10)
 	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
 	wm.Header.Set(protocol.HeaderJobSeq, seq)
+	wm.Header.Set(protocol.HeaderQueuedAt, raw.Time.UTC().Format(time.RFC3339Nano))
 	if _, err := a.cfg.JS.PublishMsg(ctx, wm); err != nil {
 		return false, fmt.Errorf("admitting job %s: %w", seq, err)
 	}

@@ -157,13 +157,17 @@ func runSession(args []string, stdin io.Reader, stdout io.Writer) int {
 		record(m.text)
 		history++
 		d, _ := parseDirectives(m.text)
+		crash := d.crash
 		if d.crashOnce != "" {
 			if _, err := os.Stat(d.crashOnce); errors.Is(err, os.ErrNotExist) {
 				_ = os.WriteFile(d.crashOnce, []byte("crashed\n"), 0o644)
-				mu.Lock()
-				_ = w.Flush()
-				os.Exit(1)
+				crash = true
 			}
+		}
+		if crash {
+			mu.Lock()
+			_ = w.Flush()
+			os.Exit(1)
 		}
 		interrupted := false
 		var asked []string

@@ -26,6 +26,7 @@
 //	crashonce=P  unless file P (relative to the working directory) exists,
 //	             create it and exit 1 in the middle of the turn (after its
 //	             user line was echoed and recorded, before any answer)
+//	crash=1      exit 1 in the middle of the turn, every time
 //
 // A prompt that starts with "/standin" is read as test directives instead
 // (space-separated key=value), so tests and benchmarks can script it:
@@ -146,6 +147,7 @@ type directives struct {
 	files                                   []fileOp
 	ask                                     []string // session mode: permission requests
 	crashOnce                               string   // session mode: marker file
+	crash                                   bool     // session mode: crash every time
 	prefix                                  []string // see selfArgs
 	say                                     []string
 	cost                                    float64
@@ -204,6 +206,8 @@ func parseDirectives(prompt string) (directives, error) {
 			d.ask = append(d.ask, strings.Split(v, ",")...)
 		case "crashonce":
 			d.crashOnce = v
+		case "crash":
+			d.crash = v == "1"
 		case "cost":
 			d.cost, err = strconv.ParseFloat(v, 64)
 		case "ratelimit":

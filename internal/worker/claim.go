@@ -194,8 +194,13 @@ func jobSeqOf(msg jetstream.Msg) uint64 {
 	return md.Sequence.Stream
 }
 
-// queuedAt is when the job was stored in the work queue.
+// queuedAt is when the job's submission was stored: the admitter's
+// Fleet-Queued-At header on an admitted job, else when it was stored in
+// the work queue.
 func (q *query) queuedAt() time.Time {
+	if v, err := time.Parse(time.RFC3339Nano, q.msg.Headers().Get(protocol.HeaderQueuedAt)); err == nil {
+		return v
+	}
 	md, err := q.msg.Metadata()
 	if err != nil {
 		return time.Time{}

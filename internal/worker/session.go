@@ -25,6 +25,17 @@ import (
 // the checkpoint (Claude Code's transcript and InputSeq) is stored, so a
 // worker that dies loses at most the turn in progress, which the next
 // attempt runs again from its input.
+//
+// An agent that crashes mid-session (its process exits or is killed while
+// the session runs; not end, not cancel, not a worker handing it back) is
+// resumed in the same sandbox, up to maxCrashResumes times per attempt:
+// the last checkpoint is restored in place of whatever the agent wrote
+// since (so the conversation is exactly as of the last completed turn, and
+// nothing of the crashed turn is in it), a new process resumes the session,
+// and the crashed turn's input runs again, once. If the same input crashes
+// the agent again it is not applied a third time: the session ends failed,
+// naming the input. The crashed turn's output stays on .msg, ended by its
+// synthetic result (process_exit), and counts as a turn.
 
 // ctlEntry is one op read from the input log.
 type ctlEntry struct {
@@ -45,7 +56,28 @@ type sessionRun struct {
 	lastSeq  uint64 // last .ctl sequence read
 	ended    bool   // by an "end" op
 	parked   bool
+
+	// The running process.
+	cur *session.Session
+	// Starts a process.
+	start func(ctx context.Context, resume string) (*session.Session, error)
+	// The Claude session options.resume restored.
+	resumedFrom string
+	// Crash-resumes so far.
+	crashes int
+	// The input whose turn crashed last.
+	crashedIn *queued
+	// Why the session failed after crashes.
+	crashNote string
+	// Checkpoints that could not be stored since the last stored one, and
+	// the last one's error.
+	cpFailures int
+	cpErr      error
 }
+
+// maxCrashResumes is how often a session attempt resumes its agent after
+// a crash before it fails.
+const maxCrashResumes = 3
 
 // sessionStatus fills the session fields of a status event.
 func (r *sessionRun) status(ev protocol.StatusEvent) protocol.StatusEvent {
@@ -101,6 +133,7 @@ func (q *query) runSession(ctx context.Context, sb sandbox.Sandbox, env map[stri
 			return out, err
 		}
 		resume = sid
+		r.resumedFrom = sid
 	}
 
 	r.log.Debug().Bool("restored", r.restored).Uint64("input_seq", r.cp.InputSeq).Time("queued_at", r.cp.QueuedAt).Msg("session starting")
@@ -113,15 +146,24 @@ func (q *query) runSession(ctx context.Context, sb sandbox.Sandbox, env map[stri
 	defer stopLog()
 
 	reqs := make(chan session.Request, 16)
-	s, err := session.Start(ctx, w.cfg.Sessions, session.Spec{
-		Sandbox: sb, Job: r.cp.Job, Env: env, ProcID: fmt.Sprintf("session-%d", q.attempt), Resume: resume,
-		OnRequest: func(req session.Request) {
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-			}
-		},
-	}, emit)
+	procs := 0
+	r.start = func(ctx context.Context, resume string) (*session.Session, error) {
+		procs++
+		id := fmt.Sprintf("session-%d", q.attempt)
+		if procs > 1 {
+			id = fmt.Sprintf("session-%d-r%d", q.attempt, procs-1)
+		}
+		return session.Start(ctx, w.cfg.Sessions, session.Spec{
+			Sandbox: sb, Job: r.cp.Job, Env: env, ProcID: id, Resume: resume,
+			OnRequest: func(req session.Request) {
+				select {
+				case reqs <- req:
+				case <-ctx.Done():
+				}
+			},
+		}, emit)
+	}
+	s, err := r.start(ctx, resume)
 	if err != nil {
 		if sandbox.Retryable(err) && ctx.Err() == nil {
 			return agent.Outcome{}, err
@@ -135,9 +177,10 @@ func (q *query) runSession(ctx context.Context, sb sandbox.Sandbox, env map[stri
 		}
 		return fail(protocol.ReasonSpawnFailed, "worker: the agent could not be started: "+err.Error())
 	}
+	r.cur = s
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		_ = s.Close(cctx)
+		_ = r.cur.Close(cctx)
 		cancel()
 	}()
 	return r.loop(ctx, s, ops, reqs, emit)
@@ -249,8 +292,21 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 				r.cp.ClaudeSessionID = sid
 			}
 			if res.out.Synthetic {
-				// The process is gone (crash, cancel, timeout): the session ends here.
-				return res.out, nil
+				// The process is gone. Cancel, a deadline or a hand-back end
+				// the session here; a crash resumes it (see the top).
+				if ctx.Err() != nil || res.out.Reason != protocol.ReasonProcessExit {
+					return res.out, nil
+				}
+				ns, ok := r.recoverCrash(ctx, res.in, res.out)
+				if !ok {
+					return res.out, nil
+				}
+				s = ns
+				queue = append([]queued{res.in}, queue...)
+				continue
+			}
+			if r.crashedIn != nil && *r.crashedIn == res.in {
+				r.crashedIn = nil // it ran this time
 			}
 			if res.in.seq == 0 {
 				r.cp.PromptApplied = true
@@ -259,7 +315,12 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 			}
 			r.checkpoint(ctx, s)
 			if len(queue) == 0 && !endAsked {
-				q.status(r.status(protocol.StatusEvent{State: protocol.StateIdle}))
+				ev := r.status(protocol.StatusEvent{State: protocol.StateIdle})
+				if r.cpErr != nil {
+					ev.Error = &protocol.ErrorInfo{Code: protocol.CodeCheckpointFailed,
+						Message: "the session's checkpoint could not be stored (a resume starts from the last one stored): " + r.cpErr.Error()}
+				}
+				q.status(ev)
 			}
 		case <-stopping:
 			stopping = nil
@@ -291,6 +352,84 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 	}
 }
 
+// recoverCrash resumes a session whose agent crashed during the turn of
+// in: the last stored checkpoint (of this submission) is restored into the
+// sandbox and a new process resumes it; the caller runs in again. ok is
+// false when the session cannot be resumed (crashNote says why).
+func (r *sessionRun) recoverCrash(ctx context.Context, in queued, out agent.Outcome) (*session.Session, bool) {
+	q := r.q
+	what := "the job's prompt"
+	if in.seq > 0 {
+		what = fmt.Sprintf("input %d (.ctl sequence)", in.seq)
+	}
+	exit := "it exited"
+	if x := out.Exit; x != nil {
+		if x.Signal != "" {
+			exit = "it was killed by " + x.Signal
+		} else {
+			exit = fmt.Sprintf("it exited with code %d", x.Code)
+		}
+	}
+	giveUp := func(why string) (*session.Session, bool) {
+		r.crashNote = fmt.Sprintf("the agent crashed during the turn of %s (%s); %s", what, exit, why)
+		r.log.Warn().Str("why", why).Msg("session not resumed after a crash")
+		return nil, false
+	}
+	switch {
+	case r.crashedIn != nil && *r.crashedIn == in:
+		return giveUp(fmt.Sprintf("it crashed on this input before, so it is not applied again (%d resumes)", r.crashes))
+	case r.crashes >= maxCrashResumes:
+		return giveUp(fmt.Sprintf("gave up after %d resumes", r.crashes))
+	case r.cpFailures > 0:
+		return giveUp("the last turn's checkpoint could not be stored, so the session cannot be resumed exactly")
+	}
+	r.crashes++
+	r.crashedIn = &in
+	resume := ""
+	// What the last completed turn left: the stored checkpoint of this
+	// submission (a session that crashed in its first turn has none, and
+	// starts again).
+	if r.cp.PromptApplied || r.restored || r.resumedFrom != "" {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if r.cp.PromptApplied || r.restored {
+			cp, err := session.Load(lctx, q.w.cfg.Checkpoints, q.job.Tenant, q.job.ID)
+			if err != nil {
+				return giveUp("its checkpoint could not be loaded: " + err.Error())
+			}
+			if cp.InputSeq != r.cp.InputSeq || cp.PromptApplied != r.cp.PromptApplied || cp.ClaudeSessionID != r.cp.ClaudeSessionID {
+				return giveUp("the stored checkpoint is not the last turn's")
+			}
+			if err := session.RestoreCheckpoint(lctx, q.w.cfg.Checkpoints, r.sb, q.job.Tenant, q.job.ID, cp); err != nil {
+				return giveUp("its checkpoint could not be restored: " + err.Error())
+			}
+			resume = cp.ClaudeSessionID
+		} else {
+			// The first turn of a session that options.resume started:
+			// that query's checkpoint again.
+			sid, _, done, err := q.restoreResume(lctx, r.sb, func(agent.Line) error { return nil })
+			if done || err != nil {
+				return giveUp("the session named by options.resume could not be restored again")
+			}
+			resume = sid
+		}
+	}
+	_ = r.cur.Close(context.WithoutCancel(ctx)) // exited already; reaps it
+	ns, err := r.start(ctx, resume)
+	if err != nil {
+		return giveUp("the agent could not be started again: " + err.Error())
+	}
+	r.cur = ns
+	r.base = r.turns
+	msg := fmt.Sprintf("the agent crashed during the turn of %s (%s); resumed from the last checkpoint (resume %d of %d), the input runs again",
+		what, exit, r.crashes, maxCrashResumes)
+	r.log.Warn().Int("crashes", r.crashes).Uint64("ctl_seq", in.seq).Msg("agent crashed; session resumed")
+	ev := r.status(protocol.StatusEvent{State: protocol.StateRunning})
+	ev.Error = &protocol.ErrorInfo{Code: protocol.CodeProcessExit, Message: msg}
+	q.status(ev)
+	return ns, true
+}
+
 // closeAndCheckpoint ends the process (stdin closed, it exits) and stores
 // the final checkpoint, complete now that the agent has flushed its files.
 func (r *sessionRun) closeAndCheckpoint(ctx context.Context, s *session.Session) {
@@ -311,8 +450,12 @@ func (r *sessionRun) checkpoint(ctx context.Context, s *session.Session) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if _, err := session.Save(cctx, r.q.w.cfg.Checkpoints, r.sb, r.q.job.Tenant, r.q.job.ID, r.cp); err != nil {
+		r.cpFailures++
+		r.cpErr = err
 		r.log.Error().Err(err).Msg("storing the session checkpoint")
+		return
 	}
+	r.cpFailures, r.cpErr = 0, nil
 }
 
 // followInputs starts an ordered consumer of the query's .ctl subject in
@@ -439,6 +582,9 @@ func (q *query) adjustTerminal(ev protocol.StatusEvent) protocol.StatusEvent {
 		ev = q.sess.status(ev)
 		if q.sess.ended {
 			ev.State, ev.Error = protocol.StateSucceeded, nil
+		}
+		if q.sess.crashNote != "" && ev.Error != nil {
+			ev.Error.Message = q.sess.crashNote
 		}
 	}
 	return ev

@@ -64,6 +64,17 @@ func (s *Session) validate() error {
 // the tenant with a checkpoint (another tenant's are never found).
 const CodeResumeNotFound = "resume_not_found"
 
+// HeaderQueuedAt is set by the admitter on an admitted job: when its
+// submission was stored in FLEET_JOBS (RFC 3339, nanoseconds). A session
+// reads its input log from then, so inputs published while the job waited
+// for admission are applied too.
+const HeaderQueuedAt = "Fleet-Queued-At"
+
+// CodeCheckpointFailed: a session's checkpoint could not be stored (an idle
+// status carries it; the session goes on, and a resume starts from the
+// last checkpoint that was stored).
+const CodeCheckpointFailed = "checkpoint_failed"
+
 // Session control operations on .ctl (and as fleet.api.<op> requests).
 const (
 	OpInput     = "input"
