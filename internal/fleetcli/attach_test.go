@@ -120,3 +120,25 @@ func FuzzAttachLine(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPrompterLine: whatever lines the session streams, attach's prompter
+// never panics, never keeps a request without an id, and keeps each id
+// once.
+func FuzzPrompterLine(f *testing.F) {
+	f.Add([]byte(`{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"}}}`), []byte(`{"type":"control_cancel_request","request_id":"r1"}`))
+	f.Add([]byte(`{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool","input":"x"}}`), []byte(`{"type":"control_response","response":{"request_id":"r1"}}`))
+	f.Add([]byte(`{"type":"result"}`), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var out bytes.Buffer
+		p := &prompter{w: &out}
+		for _, l := range [][]byte{a, b, a} {
+			p.line(l)
+		}
+		seen := map[string]bool{}
+		for _, r := range p.pending {
+			require.NotEmpty(t, r.id)
+			require.False(t, seen[r.id])
+			seen[r.id] = true
+		}
+	})
+}

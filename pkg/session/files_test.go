@@ -258,3 +258,22 @@ func FuzzCheckFiles(f *testing.F) {
 		require.LessOrEqual(t, total, max)
 	})
 }
+
+// FuzzParseRequest: any line the agent writes is read as a permission
+// request only when it is a can_use_tool control_request with a request
+// id; nothing panics.
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte(`{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"}}}`))
+	f.Add([]byte(`{"type":"control_request","request_id":"","request":{"subtype":"can_use_tool"}}`))
+	f.Add([]byte(`{"type":"control_request","request_id":"i1","request":{"subtype":"interrupt"}}`))
+	f.Add([]byte(`{"type":"control_request","request_id":7,"request":[]}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		req, ok := session.ParseRequest(line)
+		if !ok {
+			require.Zero(t, req.RequestID)
+			return
+		}
+		require.NotEmpty(t, req.RequestID)
+	})
+}
