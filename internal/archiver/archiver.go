@@ -254,7 +254,10 @@ func (s *Service) streamLines(ctx context.Context, tenant, id string) ([]storage
 	}
 	var out []storage.StreamLine
 	for empty := 0; ; {
-		batch, err := c.Fetch(256, jetstream.FetchMaxWait(5*time.Second))
+		// Every line up to last is in the stream already: take what the
+		// server has at once (a Fetch with a wait would hold each read for
+		// its whole wait when fewer than a batch of lines remain).
+		batch, err := c.FetchNoWait(256)
 		if err != nil {
 			return nil, err
 		}
