@@ -25,3 +25,12 @@ func (s *localSandbox) PrivateStdin() {}
 // GitCredentialsBrokered marks Cloudflare: the bridge Worker holds git
 // credentials (its GIT_CREDENTIALS secret) and adds them on egress.
 func (s *cfSandbox) GitCredentialsBrokered() {}
+
+// HostConfigDir is implemented by sandboxes whose CLAUDE_CONFIG_DIR is a
+// directory of the worker's own host (Local). Package session reads and
+// writes session transcripts there directly, through an os.Root (no
+// symlink leads out of it), instead of by helper processes started in the
+// sandbox (printenv, find, cat: three spawns after every run).
+type HostConfigDir interface {
+	HostConfigDir() string
+}

@@ -1116,3 +1116,7 @@ func (t *tailBuffer) String() string {
 	}
 	return string(b)
 }
+
+// HostConfigDir is the sandbox's CLAUDE_CONFIG_DIR (home/.claude), which
+// every process of the sandbox gets whatever its Env says.
+func (s *localSandbox) HostConfigDir() string { return s.claudeDir }

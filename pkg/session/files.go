@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"strconv"
@@ -54,6 +56,9 @@ func projectDir(ctx context.Context, sb sandbox.Sandbox, claudeSessionID string)
 	if !sessionIDRE.MatchString(claudeSessionID) {
 		return "", fmt.Errorf("session: bad session id %q", claudeSessionID)
 	}
+	if h, ok := sb.(sandbox.HostConfigDir); ok {
+		return hostProjectDir(h.HostConfigDir(), claudeSessionID)
+	}
 	dir, err := configDir(ctx, sb)
 	if err != nil {
 		return "", err
@@ -68,6 +73,33 @@ func projectDir(ctx context.Context, sb sandbox.Sandbox, claudeSessionID string)
 		return "", fmt.Errorf("%w: %s", ErrNoSessionFile, claudeSessionID)
 	}
 	return path.Dir(files[0]), nil
+}
+
+// hostProjectDir is projectDir for a config dir on this host (a local
+// sandbox): looked up there directly, through an os.Root, instead of by two
+// helper processes (printenv, find), which every one-shot run that named a
+// session spent after its agent exited, most of them finding nothing. Only
+// a real directory projects/<p> holding a regular file <sid>.jsonl counts.
+func hostProjectDir(dir, claudeSessionID string) (string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", fmt.Errorf("session: config dir: %w", err)
+	}
+	defer root.Close()
+	projects, err := fs.ReadDir(root.FS(), "projects")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("session: config dir: %w", err)
+	}
+	for _, p := range projects {
+		if !p.IsDir() { // a symlink is not a directory entry of kind dir
+			continue
+		}
+		fi, err := root.Lstat(path.Join("projects", p.Name(), claudeSessionID+".jsonl"))
+		if err == nil && fi.Mode().IsRegular() {
+			return path.Join(dir, "projects", p.Name()), nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s", ErrNoSessionFile, claudeSessionID)
 }
 
 // SessionFiles reads everything Claude Code keeps for claudeSessionID in
