@@ -410,6 +410,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.startedAt = time.Now().UTC()
 	sub, err := w.subscribeCtl()
 	if err != nil {
+		w.started.Store(false) // nothing runs: Stop has nothing to wait for
 		return fmt.Errorf("worker: subscribing to the queries' control subjects: %w", err)
 	}
 	w.ctlSub = sub
