@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -248,10 +249,11 @@ func (s *Service) streamLines(ctx context.Context, tenant, id string) ([]storage
 	if err != nil {
 		return nil, err
 	}
-	c, err := st.OrderedConsumer(rctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	c, err := jsconsumer.Ordered(rctx, s.js, n.QueriesStream(), subj)
 	if err != nil {
 		return nil, err
 	}
+	defer jsconsumer.Release(s.js, n.QueriesStream(), c)
 	var out []storage.StreamLine
 	for empty := 0; ; {
 		// Every line up to last is in the stream already: take what the

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/archiver"
+	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -146,4 +147,36 @@ func TestStuckRepairDoesNotHoldUpOthers(t *testing.T) {
 		got, _ := f.Objects.Get(context.Background(), storage.TranscriptKey("default", "next"))
 		return bytes.Equal(got, want)
 	}, "the transcript of a query finished after a stuck repair to be written from the stream")
+}
+
+// TestReadersGiveTheirConsumersBack: a repair, a tail and a history read
+// each delete their consumer when done, so finished queries do not pile
+// consumers up on FLEET_QUERIES (nats-server allows 1,000 per stream by
+// default; the 1,000-job soak ran into it).
+func TestReadersGiveTheirConsumersBack(t *testing.T) {
+	f := fleettest.New(t, fleettest.Opts{})
+	a, err := archiver.New(archiver.Config{NC: f.NC, Names: f.Names, Store: f.Objects, Logger: &f.Logger})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	consumers := func() int {
+		st, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	before := consumers()
+	for i := range 3 {
+		id := "q" + strconv.Itoa(i)
+		publishQuery(t, f, id, 5)
+		added, err := a.Repair(ctx, "default", id)
+		require.NoError(t, err)
+		require.Equal(t, 5, added)
+		final, err := f.Client.Follow(ctx, "default", id, false, fleetapi.Follower{})
+		require.NoError(t, err)
+		require.NotNil(t, final)
+		f.History("default", id)
+	}
+	require.Equal(t, before, consumers(), "every reader deleted its consumer")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -110,12 +111,11 @@ type Follower struct {
 // which it returns. With follow false it stops once it has caught up and
 // returns (nil, nil) if the query has not ended.
 func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f Follower) (*protocol.StatusEvent, error) {
-	cons, err := c.JS.OrderedConsumer(ctx, c.Names.QueriesStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.Names.QueryAll(tenant, id)},
-	})
+	cons, err := jsconsumer.Ordered(ctx, c.JS, c.Names.QueriesStream(), c.Names.QueryAll(tenant, id))
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
 	}
+	defer jsconsumer.Release(c.JS, c.Names.QueriesStream(), cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
+	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/standin"
@@ -382,12 +383,11 @@ func (f *Fleet) TryHistory(tenant, id string) (Run, error) {
 	var r Run
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cons, err := f.JS.OrderedConsumer(ctx, f.Names.QueriesStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.Names.QueryAll(tenant, id)},
-	})
+	cons, err := jsconsumer.Ordered(ctx, f.JS, f.Names.QueriesStream(), f.Names.QueryAll(tenant, id))
 	if err != nil {
 		return r, err
 	}
+	defer jsconsumer.Release(f.JS, f.Names.QueriesStream(), cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return r, err

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -462,7 +463,7 @@ func (r *sessionRun) checkpoint(ctx context.Context, s *session.Session) {
 // FLEET_QUERIES and feeds ops (valid session ops only, in stream order).
 func (q *query) followInputs(ctx context.Context, r *sessionRun, ops chan<- ctlEntry) (func(), error) {
 	w, job := q.w, q.job
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.names.QueryCtl(job.Tenant, job.ID)}}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{w.names.QueryCtl(job.Tenant, job.ID)}, InactiveThreshold: jsconsumer.InactiveThreshold}
 	if r.cp.InputSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, r.cp.InputSeq+1
 	} else {
@@ -504,6 +505,7 @@ func (q *query) followInputs(ctx context.Context, r *sessionRun, ops chan<- ctlE
 	return func() {
 		close(done)
 		cc.Stop()
+		jsconsumer.Release(w.js, w.names.QueriesStream(), cons)
 	}, nil
 }
 
