@@ -1,8 +1,9 @@
 // Package storage persists what the fleet keeps after a query: its
 // transcript (every line the agent wrote, in Fleet-Seq order) and its status
 // record. It defines the Store interface every backend implements, the key
-// layout, and helpers over any Store: AssembleTranscript, ReadTranscript,
-// PutStatus, GetStatus, ListStatus.
+// layout, and helpers over any Store: StreamTranscript, MergeTranscript,
+// AssembleTranscript, ReadTranscript, PutBatch, PutStatus, PutStatuses,
+// GetStatus, ListStatus.
 //
 // # Keys
 //
@@ -21,7 +22,14 @@
 //
 // # Transcripts
 //
-// The worker's journal (pkg/journal) writes a query's lines as chunks: each
+// The stream is the log: the archiver (internal/archiver) writes a finished
+// query's transcript from its lines in FLEET_QUERIES (StreamTranscript: for
+// every seq the highest attempt's line, in seq order), many queries per
+// PutBatch. Chunks exist only for lines a worker's journal stored because
+// they never reached the stream; MergeTranscript joins them with the
+// stream's lines (the higher attempt wins a seq, the stream a tie).
+//
+// A disk-first journal (pkg/journal) writes all of a query's lines as chunks: each
 // chunk holds consecutive raw lines, each ending in "\n", the first with the
 // Fleet-Seq in its key. When a query ends, AssembleTranscript merges the
 // chunks into transcript.ndjson: lines in seq order, gaps skipped, and where
@@ -36,14 +44,16 @@
 // PutStatus keeps the newest event by the rule of Newer (higher attempt,
 // then terminal over non-terminal, then time), so events may arrive late or
 // out of order without an older one overwriting a terminal state.
-// ListStatus returns records newest first.
+// ListStatus returns records newest first. PutStatuses does the same for a
+// batch of events in one PutBatch (the dispatcher's status index).
 //
 // # Backends
 //
 //   - FS (this package): a local directory, the default (file://./data).
 //     Atomic, durable writes (temporary file, fsync, rename, fsync of the
-//     directory); Creator and StreamPutter. For one machine, or a shared
-//     volume.
+//     directory); Creator, StreamPutter and Batcher (PutBatch: every value
+//     to a temporary file, one syncfs, the renames, one syncfs: two syncs
+//     per batch however many objects). For one machine, or a shared volume.
 //   - natsstore: JetStream KV for status and Object Store for transcripts
 //     (nats://), needing nothing but the NATS server.
 //   - s3: R2 or any S3 (s3://bucket?endpoint=…), for transcripts at scale.

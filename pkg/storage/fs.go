@@ -183,7 +183,11 @@ func (s *FS) write(ctx context.Context, op, key, p string, fill func(*os.File) e
 // parent of every directory it creates, so a new key's directory entries
 // survive a power loss along with the file. A path component that is a
 // file fails with ENOTDIR.
-func (s *FS) mkdirs(dir string) error {
+func (s *FS) mkdirs(dir string) error { return s.mkdirsSync(dir, true) }
+
+// mkdirsSync is mkdirs; without sync it leaves the parents' fsync to the
+// caller (PutBatch syncs the whole filesystem afterwards).
+func (s *FS) mkdirsSync(dir string, sync bool) error {
 	st, err := os.Stat(dir)
 	switch {
 	case err == nil && st.IsDir():
@@ -195,7 +199,7 @@ func (s *FS) mkdirs(dir string) error {
 	}
 	parent := filepath.Dir(dir)
 	if dir != s.root && parent != dir {
-		if err := s.mkdirs(parent); err != nil {
+		if err := s.mkdirsSync(parent, sync); err != nil {
 			return err
 		}
 	}
@@ -207,6 +211,9 @@ func (s *FS) mkdirs(dir string) error {
 		if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
 			return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
 		}
+		return nil
+	}
+	if !sync {
 		return nil
 	}
 	return syncDir(parent)

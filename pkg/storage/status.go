@@ -52,10 +52,12 @@ func Newer(a, b protocol.StatusEvent) bool {
 // Keys are spread over a fixed set of mutexes (no per-query state to leak).
 var statusLocks [64]sync.Mutex
 
-func statusLock(key string) *sync.Mutex {
+func statusLock(key string) *sync.Mutex { return &statusLocks[statusLockIndex(key)] }
+
+func statusLockIndex(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return &statusLocks[h.Sum32()%uint32(len(statusLocks))]
+	return int(h.Sum32() % uint32(len(statusLocks)))
 }
 
 // PutStatus stores ev as its query's status record (StatusKey), unless the

@@ -217,3 +217,44 @@ func TestListStatusReportsStoreErrors(t *testing.T) {
 	_, err = storage.ListStatus(t.Context(), g, "", 0)
 	require.ErrorIs(t, err, storage.ErrUnavailable)
 }
+
+// TestPutStatusesBatches: a batch of events, in any order and split over
+// batches any way, ends with the same records as PutStatus would leave.
+func TestPutStatusesBatches(t *testing.T) {
+	t.Parallel()
+	history := []protocol.StatusEvent{
+		ev(protocol.StateQueued, 0, 0),
+		ev(protocol.StateRunning, 1, 1),
+		ev(protocol.StateRetrying, 2, 3),
+		ev(protocol.StateSucceeded, 2, 5),
+		ev(protocol.StateFailed, 2, 6),
+	}
+	want := history[3]
+	forEachStore(t, func(t *testing.T, s storage.Store) {
+		for n, perm := range permutations(len(history)) {
+			id := fmt.Sprintf("b%d", n)
+			var batch []protocol.StatusEvent
+			for k, i := range perm {
+				e := history[i]
+				e.ID = id
+				batch = append(batch, e)
+				other := e
+				other.ID = id + "x"
+				batch = append(batch, other)
+				if k == 2 { // two batches: the second meets stored records
+					require.NoError(t, storage.PutStatuses(t.Context(), s, batch))
+					batch = nil
+				}
+			}
+			require.NoError(t, storage.PutStatuses(t.Context(), s, batch))
+			for _, qid := range []string{id, id + "x"} {
+				got, err := storage.GetStatus(t.Context(), s, tenant, qid)
+				require.NoError(t, err)
+				w := want
+				w.ID = qid
+				require.Equal(t, w, *got, "order %v", perm)
+			}
+		}
+	})
+	require.ErrorIs(t, storage.PutStatuses(t.Context(), storagetest.NewMem(), []protocol.StatusEvent{{ID: "../x", Tenant: tenant}}), storage.ErrInvalidKey)
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -18,30 +17,27 @@ type StreamLine struct {
 	Data    []byte // without its newline
 }
 
-// RepairTranscript makes the query's stored transcript hold every line of
-// lines (the query's lines as the stream holds them, in any order): lines
-// no chunk holds, or that only a lower attempt's chunk holds, are written
-// as chunks of their own (one line each, under ChunkKey, created only where
-// no object is yet), then the transcript is assembled.
-// It reports how many lines it added; with none missing it writes nothing,
-// and a transcript that already equals the lines is left alone.
-//
-// Chunks written here follow the journal's rules (keys sort by first seq,
-// the higher attempt wins a seq), so a later AssembleTranscript, e.g. by a
-// worker that comes back and flushes its journal, keeps them.
-func RepairTranscript(ctx context.Context, s Store, tenant, id string, lines []StreamLine) (int, error) {
-	if !protocol.ValidTenant(tenant) || !protocol.ValidID(id) {
-		return 0, fmt.Errorf("storage: repair transcript %q/%q: %w", tenant, id, ErrInvalidKey)
+// StreamTranscript is the transcript of lines (a query's lines as its
+// stream holds them, in any order): for every seq the highest attempt's
+// line, in seq order, each followed by "\n". It sorts lines in place.
+func StreamTranscript(lines []StreamLine) []byte {
+	want := dedupe(lines)
+	n := 0
+	for _, l := range want {
+		n += len(l.Data) + 1
 	}
-	if len(lines) == 0 {
-		return 0, nil
+	out := make([]byte, 0, n)
+	for _, l := range want {
+		out = append(out, l.Data...)
+		out = append(out, '\n')
 	}
-	// The stream's view: one line per seq, the highest attempt's.
+	return out
+}
+
+// dedupe sorts lines by seq and keeps, for each seq, the highest attempt's.
+func dedupe(lines []StreamLine) []StreamLine {
 	slices.SortStableFunc(lines, func(a, b StreamLine) int {
-		if a.Seq != b.Seq {
-			return cmp.Compare(a.Seq, b.Seq)
-		}
-		return a.Attempt - b.Attempt
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Attempt, b.Attempt))
 	})
 	want := lines[:0:0]
 	for _, l := range lines {
@@ -51,71 +47,60 @@ func RepairTranscript(ctx context.Context, s Store, tenant, id string, lines []S
 		}
 		want = append(want, l)
 	}
-	var full bytes.Buffer
-	for _, l := range want {
-		full.Write(l.Data)
-		full.WriteByte('\n')
-	}
-	if cur, err := s.Get(ctx, TranscriptKey(tenant, id)); err == nil && bytes.Equal(cur, full.Bytes()) {
-		return 0, nil
-	}
-	held, err := storedSeqs(ctx, s, tenant, id)
-	if err != nil {
-		return 0, fmt.Errorf("storage: repair transcript %s/%s: %w", tenant, id, err)
-	}
-	// One chunk per missing line, written only if its key is free: a
-	// worker's journal may put a chunk that starts at the same seq with the
-	// same attempt later (it then holds the same line and more), and a
-	// longer chunk must never be replaced by a shorter one.
-	added := 0
-	for _, l := range want {
-		if a, ok := held[l.Seq]; ok && a >= l.Attempt {
-			continue
-		}
-		key := ChunkKey(tenant, id, l.Seq, l.Attempt)
-		value := append(append([]byte(nil), l.Data...), '\n')
-		var err error
-		if c, ok := s.(Creator); ok {
-			if err = c.Create(ctx, key, value); errors.Is(err, ErrExists) {
-				continue
-			}
-		} else {
-			err = s.Put(ctx, key, value)
-		}
-		if err != nil {
-			return added, fmt.Errorf("storage: repair transcript %s/%s: %w", tenant, id, err)
-		}
-		added++
-	}
-	if err := AssembleTranscript(ctx, s, tenant, id); err != nil {
-		return added, err
-	}
-	return added, nil
+	return want
 }
 
-// storedSeqs maps every seq the query's chunks hold to the highest attempt
-// holding it.
-func storedSeqs(ctx context.Context, s Store, tenant, id string) (map[uint64]int, error) {
+// MergeTranscript is the transcript of a query from both of its sources:
+// lines (as the stream holds them) and the query's chunk objects (lines a
+// worker's journal stored because they never reached the stream: an
+// attempt that lost NATS and then its host, or was handed back). For every
+// seq the highest attempt's line wins, the stream's on a tie. It also
+// returns the chunk keys it read, so a caller can tell whether chunks came
+// in while it wrote. Nothing is written.
+func MergeTranscript(ctx context.Context, s Store, tenant, id string, lines []StreamLine) ([]byte, []string, error) {
+	if !protocol.ValidTenant(tenant) || !protocol.ValidID(id) {
+		return nil, nil, fmt.Errorf("storage: merge transcript %q/%q: %w", tenant, id, ErrInvalidKey)
+	}
+	refs, err := listChunks(ctx, s, tenant, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("storage: merge transcript %s/%s: %w", tenant, id, err)
+	}
+	keys := make([]string, 0, len(refs))
+	all := slices.Clone(lines)
+	for _, ref := range refs {
+		keys = append(keys, ref.key)
+		data, err := s.Get(ctx, ref.key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("storage: merge transcript %s/%s: read chunk %s: %w", tenant, id, ref.key, err)
+		}
+		c, err := splitChunk(ref, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range c.lines() {
+			line := bytes.TrimSuffix(c.data[c.offs[i]:c.offs[i+1]], []byte("\n"))
+			// Chunk lines sort before stream lines of the same seq and
+			// attempt (stable sort, chunks first), so the stream wins a tie.
+			all = append(all, StreamLine{Seq: c.first + uint64(i), Attempt: ref.attempt, Data: line})
+		}
+	}
+	if len(refs) > 0 {
+		// Chunks first, then the stream, so that dedupe's stable sort lets
+		// the stream's line win a tie of seq and attempt.
+		all = append(all[len(lines):], all[:len(lines)]...)
+	}
+	return StreamTranscript(all), keys, nil
+}
+
+// ChunkKeys returns the keys of a query's chunk objects, in key order.
+func ChunkKeys(ctx context.Context, s Store, tenant, id string) ([]string, error) {
 	refs, err := listChunks(ctx, s, tenant, id)
 	if err != nil {
 		return nil, err
 	}
-	held := map[uint64]int{}
-	for _, ref := range refs {
-		data, err := s.Get(ctx, ref.key)
-		if err != nil {
-			return nil, fmt.Errorf("read chunk %s: %w", ref.key, err)
-		}
-		c, err := splitChunk(ref, data)
-		if err != nil {
-			return nil, err
-		}
-		for i := range c.lines() {
-			seq := c.first + uint64(i)
-			if a, ok := held[seq]; !ok || ref.attempt > a {
-				held[seq] = ref.attempt
-			}
-		}
+	keys := make([]string, 0, len(refs))
+	for _, r := range refs {
+		keys = append(keys, r.key)
 	}
-	return held, nil
+	return keys, nil
 }

@@ -106,6 +106,21 @@ func Exercise(t *testing.T, newStore func(t *testing.T) storage.Store, f Feature
 		requireValue(t, b.s, b.ns+"copy", []byte("original"))
 	})
 
+	t.Run("PutBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := t.Context()
+		require.NoError(t, b.s.Put(ctx, b.ns+"batch/0", []byte("old")))
+		var objs []storage.Object
+		for i := range 5 {
+			objs = append(objs, storage.Object{Key: fmt.Sprintf("%sbatch/%d", b.ns, i), Value: randBytes(100 + i)})
+		}
+		require.NoError(t, storage.PutBatch(ctx, b.s, objs))
+		for _, o := range objs {
+			requireValue(t, b.s, o.Key, o.Value)
+		}
+	})
+
 	t.Run("Overwrite", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
