@@ -15,9 +15,9 @@ import (
 )
 
 // indexLoop keeps the status index: every status event goes to storage.
-// It takes whatever events are queued (up to indexBatch), keeps the newest
-// per query (storage.Newer), writes those, then acks the batch; a failed
-// write naks that query's events for a retry.
+// It takes whatever events are queued (up to indexBatch), writes the newest
+// per query (storage.Newer) in one batch (storage.PutStatuses), then acks
+// the batch; a failed write naks the batch's events for a retry.
 func (s *Service) indexLoop(cc jetstream.ConsumeContext, q <-chan jetstream.Msg, done chan<- struct{}) {
 	defer close(done)
 	const (
@@ -53,12 +53,8 @@ func (s *Service) indexLoop(cc jetstream.ConsumeContext, q <-chan jetstream.Msg,
 }
 
 func (s *Service) indexBatch(batch []jetstream.Msg) {
-	type entry struct {
-		ev   protocol.StatusEvent
-		msgs []jetstream.Msg
-	}
-	newest := map[string]*entry{}
-	var order []string
+	evs := make([]protocol.StatusEvent, 0, len(batch))
+	msgs := batch[:0:0]
 	for _, m := range batch {
 		var ev protocol.StatusEvent
 		if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidID(ev.ID) || !protocol.ValidTenant(ev.Tenant) {
@@ -66,31 +62,22 @@ func (s *Service) indexBatch(batch []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		key := storage.StatusKey(ev.Tenant, ev.ID)
-		e := newest[key]
-		if e == nil {
-			e = &entry{ev: ev}
-			newest[key] = e
-			order = append(order, key)
-		} else if storage.Newer(ev, e.ev) {
-			e.ev = ev
-		}
-		e.msgs = append(e.msgs, m)
+		evs = append(evs, ev)
+		msgs = append(msgs, m)
 	}
-	for _, key := range order {
-		e := newest[key]
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := storage.PutStatus(ctx, s.cfg.Status, e.ev)
-		cancel()
-		for _, m := range e.msgs {
-			if err != nil {
-				_ = m.NakWithDelay(2 * time.Second)
-			} else {
-				_ = m.Ack()
-			}
-		}
+	// One batch write (storage.PutStatuses: the newest event per query,
+	// one filesystem sync on FS) for every event of the batch.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := storage.PutStatuses(ctx, s.cfg.Status, evs)
+	cancel()
+	for _, m := range msgs {
 		if err != nil {
-			s.log.Warn().Err(err).Str("query_id", e.ev.ID).Msg("indexing status failed; will retry")
+			_ = m.NakWithDelay(2 * time.Second)
+		} else {
+			_ = m.Ack()
 		}
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Int("events", len(evs)).Msg("indexing status failed; will retry")
 	}
 }
