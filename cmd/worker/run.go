@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
@@ -23,7 +24,6 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
-	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
@@ -44,6 +44,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		wsAllowFile                  bool
 		wsMaxBytes                   int64
 		exitIfIdle                   time.Duration
+		spillAfter                   time.Duration
 	)
 	config.AddCommon(fs, &common, "worker")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -52,6 +53,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	fs.StringSliceVar(&otherSandboxes, "other-sandboxes", nil, "providers this worker lacks that other workers of the fleet have: their jobs are handed back, not failed (env FLEET_OTHER_SANDBOXES)")
 	fs.IntVar(&slots, "slots", 4, "jobs run at once on this worker (env FLEET_SLOTS)")
 	fs.StringVar(&journalDir, "journal-dir", "./data/journal", "local journal directory (env FLEET_JOURNAL_DIR)")
+	fs.DurationVar(&spillAfter, "journal-spill-after", worker.DefaultJournalSpillAfter, "the journal writes a line to disk only if the stream has not acknowledged it this long after the agent wrote it; 0 = every line to disk at once (env FLEET_JOURNAL_SPILL_AFTER)")
 	fs.StringVar(&sbDir, "sandbox-dir", "./data/sandboxes", "where local sandboxes get their directories (env FLEET_SANDBOX_DIR)")
 	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics; 127.0.0.1:0 = off (env FLEET_HTTP)")
 	fs.DurationVar(&grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running jobs may finish before they are handed back (env FLEET_SHUTDOWN_GRACE)")
@@ -113,17 +115,18 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	}
 	defer objects.Close()
 
+	merge := archiver.NewReader(nc, names, objects).MergeIfArchived
 	jl, err := journal.New(journal.Config{
 		Dir: journalDir, Store: objects, Logger: &log,
 		// The server's max payload is known only once connected; the
 		// worker may start before its server does.
 		LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
-		AssembleFunc: func(ctx context.Context, tenant, id string) error {
-			return storage.AssembleTranscript(ctx, objects, tenant, id)
-		},
-		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
-			return storage.ReassembleIfAssembled(ctx, objects, tenant, id)
-		},
+		// Memory first: lines go to disk only when the stream has not
+		// acknowledged them in time; the archiver writes transcripts
+		// from the stream, and chunks the journal stores (lines that
+		// never reached the stream) are merged into them.
+		SpillAfter:   spillAfter,
+		AssembleFunc: merge, NonFinalFunc: merge,
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("journal")

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -30,39 +28,60 @@ type Config struct {
 	Names protocol.Names
 	// Store holds transcripts and chunks. Required.
 	Store storage.Store
-	// Delay is how long after a terminal status the query is looked at.
-	// Defaults to 10s.
-	Delay time.Duration
-	// ReadTimeout bounds one repair (reading the query's lines and writing
-	// what is missing). A repair that runs out of it, or whose read stalls
-	// (a server restart in the middle of it, say), is retried later.
-	// Defaults to 30s.
-	ReadTimeout time.Duration
-	// Workers is how many queries are repaired at once, so that one slow
-	// or stalled repair never holds up the others. Defaults to 8.
+	// Batch is the most terminal statuses archived together (one storage
+	// batch). Defaults to 64.
+	Batch int
+	// Linger is how long a batch waits for more statuses after its first.
+	// Defaults to 20ms.
+	Linger time.Duration
+	// Workers is how many batches are archived at once, so that one slow
+	// or stuck batch (a slow bucket, a read across a server restart) never
+	// holds up the others. Defaults to 8.
 	Workers int
+	// ReadTimeout bounds archiving one batch (reading its queries' lines
+	// and writing their transcripts); a batch that runs out of it is
+	// retried. Defaults to 30s.
+	ReadTimeout time.Duration
+	// Delay, if set, postpones archiving a terminal status by this much
+	// after its first delivery (JetStream is the timer). Defaults to 0: at
+	// once, since a terminal status is published only after every line of
+	// its attempt is stored.
+	Delay time.Duration
+	// Retry is the delay before a query whose lines are not all readable
+	// yet (a large line not in storage yet, a replica behind) is archived
+	// again. Defaults to 2s.
+	Retry time.Duration
+	// MaxTries is how many deliveries of a terminal status the archiver
+	// waits for missing lines before it writes the transcript with what it
+	// has (and logs an error). Defaults to 30.
+	MaxTries int
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
 
-// Service repairs transcripts of finished queries from the stream.
+// Service writes the transcripts of finished queries from the stream.
 type Service struct {
 	cfg Config
 	js  jetstream.JetStream
+	rd  *Reader
 	log zerolog.Logger
 
-	// slots bounds the repairs in flight; work tracks them, and life ends
-	// them when the service stops.
+	// slots bounds the batches in flight; work tracks them; quit stops
+	// the loop; life ends the batches when Stop runs out of time.
 	slots chan struct{}
 	work  sync.WaitGroup
+	quit  chan struct{}
 	life  context.Context
 	end   context.CancelFunc
 
-	mu      sync.Mutex
-	cc      jetstream.ConsumeContext
-	stopped bool
-	// repaired counts lines added to transcripts (for tests and metrics).
-	repaired int64
+	mu       sync.Mutex
+	cc       jetstream.ConsumeContext
+	stopped  bool
+	queue    chan jetstream.Msg
+	loopDone chan struct{}
+	// archived counts transcripts written; merged those that took lines
+	// from chunks (for tests and metrics).
+	archived, merged int64
 }
 
 // New returns a Service.
@@ -70,9 +89,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.NC == nil || cfg.Store == nil {
 		return nil, errors.New("archiver: NC and Store are required")
 	}
-	cfg.Delay = cmp.Or(cfg.Delay, 10*time.Second)
+	cfg.Batch = cmp.Or(cfg.Batch, 64)
+	cfg.Linger = cmp.Or(cfg.Linger, 20*time.Millisecond)
 	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, 30*time.Second)
 	cfg.Workers = cmp.Or(cfg.Workers, 8)
+	cfg.Retry = cmp.Or(cfg.Retry, 2*time.Second)
+	cfg.MaxTries = cmp.Or(cfg.MaxTries, 30)
 	if cfg.Logger == nil {
 		nop := zerolog.Nop()
 		cfg.Logger = &nop
@@ -83,8 +105,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{
-		cfg: cfg, js: js, log: cfg.Logger.With().Str("component", "archiver").Logger(),
-		slots: make(chan struct{}, cfg.Workers), life: life, end: end,
+		cfg: cfg, js: js, rd: NewReader(cfg.NC, cfg.Names, cfg.Store),
+		log:   cfg.Logger.With().Str("component", "archiver").Logger(),
+		slots: make(chan struct{}, cfg.Workers), quit: make(chan struct{}), life: life, end: end,
 	}, nil
 }
 
@@ -112,30 +135,42 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("archiver: consumer: %w", err)
 	}
-	cc, err := c.Consume(s.handle, jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	s.queue = make(chan jetstream.Msg, 4*s.cfg.Batch)
+	s.loopDone = make(chan struct{})
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		select {
+		case s.queue <- m:
+		case <-s.quit: // redelivered after the ack wait
+		}
+	}, jetstream.PullMaxMessages(2*s.cfg.Batch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		s.log.Debug().Err(err).Msg("consuming status events")
 	}))
 	if err != nil {
 		return fmt.Errorf("archiver: consume: %w", err)
 	}
 	s.cc = cc
+	go s.loop()
 	return nil
 }
 
-// Stop stops consuming and waits for the repairs in flight, bounded by
+// Stop stops consuming and waits for the batches in flight, bounded by
 // ctx; when ctx ends first they are cancelled (their events are
-// redelivered later, to this or another dispatcher). Safe to call twice
-// and before Start.
+// redelivered later, to this or another dispatcher), and so are events
+// received but not archived yet. Safe to call twice and before Start.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	cc := s.cc
+	already := s.stopped
 	s.stopped = true
 	s.mu.Unlock()
-	if cc != nil {
-		cc.Stop()
+	if cc == nil || already {
+		return nil
 	}
+	close(s.quit)
+	cc.Stop()
 	done := make(chan struct{})
 	go func() {
+		<-s.loopDone
 		s.work.Wait()
 		close(done)
 	}()
@@ -150,171 +185,215 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 }
 
-// Repaired is how many lines the service added to transcripts so far.
-func (s *Service) Repaired() int64 {
+// Archived is how many transcripts the service wrote so far.
+func (s *Service) Archived() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.repaired
+	return s.archived
 }
 
-func (s *Service) handle(m jetstream.Msg) {
-	var ev protocol.StatusEvent
-	if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidID(ev.ID) || !protocol.ValidTenant(ev.Tenant) {
-		_ = m.Term()
-		return
-	}
-	if !ev.State.Terminal() {
-		_ = m.Ack()
-		return
-	}
-	if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
-		_ = m.NakWithDelay(s.cfg.Delay)
-		return
-	}
-	// The repair runs beside the others (up to Workers at once); the
-	// callback waits only for a free slot, which is the backpressure.
-	select {
-	case s.slots <- struct{}{}:
-	case <-s.life.Done():
-		return // redelivered after the ack wait
-	}
-	s.work.Add(1)
-	go func() {
-		defer func() { <-s.slots; s.work.Done() }()
-		s.repairEvent(m, ev)
-	}()
+// Merged is how many of those took lines from chunk objects (lines a
+// journal stored because they never reached the stream).
+func (s *Service) Merged() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.merged
 }
 
-func (s *Service) repairEvent(m jetstream.Msg, ev protocol.StatusEvent) {
+// loop gathers status events into batches and archives each beside the
+// others (up to Workers at once), until Stop.
+func (s *Service) loop() {
+	defer close(s.loopDone)
+	for {
+		var first jetstream.Msg
+		select {
+		case first = <-s.queue:
+		case <-s.quit:
+			return // what is queued is redelivered after the ack wait
+		}
+		batch := []jetstream.Msg{first}
+		linger := time.NewTimer(s.cfg.Linger)
+	gather:
+		for len(batch) < s.cfg.Batch {
+			select {
+			case m := <-s.queue:
+				batch = append(batch, m)
+			case <-linger.C:
+				break gather
+			case <-s.quit:
+				break gather
+			}
+		}
+		linger.Stop()
+		// A free slot is the backpressure: the queue fills, then the
+		// consumer's callback waits.
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.quit:
+			return
+		}
+		s.work.Add(1)
+		go func() {
+			defer func() { <-s.slots; s.work.Done() }()
+			s.archive(batch)
+		}()
+	}
+}
+
+// job is one terminal status being archived.
+type job struct {
+	m          jetstream.Msg
+	ev         protocol.StatusEvent
+	transcript []byte
+	err        error // reading failed: retry later
+	missing    bool  // lines not readable yet: retry later (or give up)
+}
+
+// archive writes the transcripts of the batch's terminal statuses: it
+// reads every query's lines from the stream, writes the transcripts in one
+// storage batch, merges in chunk objects where a journal stored some, and
+// acks the events (naks those to retry).
+func (s *Service) archive(batch []jetstream.Msg) {
+	var jobs []*job
+	for _, m := range batch {
+		var ev protocol.StatusEvent
+		if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidID(ev.ID) || !protocol.ValidTenant(ev.Tenant) {
+			_ = m.Term()
+			continue
+		}
+		if !ev.State.Terminal() {
+			_ = m.Ack()
+			continue
+		}
+		if s.cfg.Delay > 0 {
+			if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
+				_ = m.NakWithDelay(s.cfg.Delay)
+				continue
+			}
+		}
+		jobs = append(jobs, &job{m: m, ev: ev})
+	}
+	if len(jobs) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.life, s.cfg.ReadTimeout)
 	defer cancel()
-	added, err := s.Repair(ctx, ev.Tenant, ev.ID)
-	if err != nil {
-		if s.life.Err() != nil {
-			return // stopping: redelivered after the ack wait
+	each(jobs, func(j *job) {
+		lines, complete, err := s.rd.Lines(ctx, j.ev.Tenant, j.ev.ID)
+		switch {
+		case err != nil:
+			j.err = err
+			return
+		case j.ev.Result != nil && maxSeq(lines) < j.ev.Result.LastSeq:
+			// A replica behind the status (direct gets may be served by
+			// one): the lines are coming.
+			complete = false
 		}
-		delay := time.Second
-		if md, merr := m.Metadata(); merr == nil {
-			delay = retryDelay(md.NumDelivered)
+		if !complete && !s.lastTry(j.m) {
+			j.missing = true
+			return
 		}
-		s.log.Warn().Err(err).Str("tenant", ev.Tenant).Str("query_id", ev.ID).Dur("retry_in", delay).
-			Msg("repairing the transcript failed; will retry")
-		_ = m.NakWithDelay(delay)
-		return
+		if !complete {
+			s.log.Error().Str("tenant", j.ev.Tenant).Str("query_id", j.ev.ID).
+				Msg("some lines of the query could not be read (a large line missing from storage); writing the transcript without them")
+		}
+		j.transcript = storage.StreamTranscript(lines)
+	})
+	var objs []storage.Object
+	var ready []*job
+	for _, j := range jobs {
+		if j.err == nil && !j.missing {
+			objs = append(objs, storage.Object{Key: storage.TranscriptKey(j.ev.Tenant, j.ev.ID), Value: j.transcript})
+			ready = append(ready, j)
+		}
 	}
-	if added > 0 {
-		s.mu.Lock()
-		s.repaired += int64(added)
-		s.mu.Unlock()
-		s.log.Warn().Str("tenant", ev.Tenant).Str("query_id", ev.ID).Int("lines", added).
-			Msg("transcript was missing lines that are in the stream; stored them")
+	if err := storage.PutBatch(ctx, s.cfg.Store, objs); err != nil {
+		for _, j := range ready {
+			j.err = err
+		}
+		ready = nil
 	}
-	_ = m.Ack()
+	// Chunk objects exist only where a journal spilled lines that never
+	// reached the stream: merge them in.
+	each(ready, func(j *job) {
+		merged, err := s.mergeChunks(ctx, j.ev.Tenant, j.ev.ID)
+		if err != nil {
+			j.err = err
+		} else if merged {
+			s.mu.Lock()
+			s.merged++
+			s.mu.Unlock()
+		}
+	})
+	for _, j := range jobs {
+		switch {
+		case j.err != nil && s.life.Err() != nil:
+			// Stopping: redelivered after the ack wait.
+		case j.err != nil:
+			delay := s.retryDelay(j.m)
+			s.log.Warn().Err(j.err).Str("tenant", j.ev.Tenant).Str("query_id", j.ev.ID).Dur("retry_in", delay).
+				Msg("archiving the transcript failed; will retry")
+			_ = j.m.NakWithDelay(delay)
+		case j.missing:
+			_ = j.m.NakWithDelay(s.cfg.Retry)
+		default:
+			s.mu.Lock()
+			s.archived++
+			s.mu.Unlock()
+			_ = j.m.Ack()
+		}
+	}
 }
 
-// retryDelay is the wait before the next try of a repair delivered n
-// times (the first delivery is only the Delay): 1s, 2s, 4s … up to 30s.
-func retryDelay(n uint64) time.Duration {
-	d := time.Second
-	for i := uint64(2); i < n && d < 30*time.Second; i++ {
-		d *= 2
+// retryDelay is the wait before archiving m again after a failure:
+// Config.Retry, doubled with every delivery, at most 30s.
+func (s *Service) retryDelay(m jetstream.Msg) time.Duration {
+	d := s.cfg.Retry
+	if md, err := m.Metadata(); err == nil {
+		for i := uint64(1); i < md.NumDelivered && d < 30*time.Second; i++ {
+			d *= 2
+		}
 	}
 	return min(d, 30*time.Second)
 }
 
-// Repair makes the stored transcript of tenant/id hold every line its .msg
-// subject holds in the stream; it returns how many lines it added.
-func (s *Service) Repair(ctx context.Context, tenant, id string) (int, error) {
-	lines, err := s.streamLines(ctx, tenant, id)
-	if err != nil {
-		return 0, err
-	}
-	return storage.RepairTranscript(ctx, s.cfg.Store, tenant, id, lines)
+// lastTry reports whether m has been delivered MaxTries times.
+func (s *Service) lastTry(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	return err == nil && md.NumDelivered >= uint64(s.cfg.MaxTries)
 }
 
-// streamLines reads the query's .msg lines from the stream, up to the last
-// one stored when the read starts.
-func (s *Service) streamLines(ctx context.Context, tenant, id string) ([]storage.StreamLine, error) {
-	n := s.cfg.Names
-	subj := n.QueryMsg(tenant, id)
-	rctx := ctx
-	st, err := s.js.Stream(rctx, n.QueriesStream())
-	if err != nil {
-		return nil, err
+// mergeChunks merges the query's chunk objects, if any, into the
+// transcript just written from the stream. It repeats while new chunks
+// arrive during a merge, so the last transcript written has seen every
+// chunk stored before it; a journal that stores chunks later merges them
+// itself (Reader.Merge).
+func (s *Service) mergeChunks(ctx context.Context, tenant, id string) (bool, error) {
+	keys, err := storage.ChunkKeys(ctx, s.cfg.Store, tenant, id)
+	if err != nil || len(keys) == 0 {
+		return false, err
 	}
-	last, err := st.GetLastMsgForSubject(rctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	c, err := jsconsumer.Ordered(rctx, s.js, n.QueriesStream(), subj)
-	if err != nil {
-		return nil, err
-	}
-	defer jsconsumer.Release(s.js, n.QueriesStream(), c)
-	var out []storage.StreamLine
-	for empty := 0; ; {
-		// Every line up to last is in the stream already: take what the
-		// server has at once (a Fetch with a wait would hold each read for
-		// its whole wait when fewer than a batch of lines remain).
-		batch, err := c.FetchNoWait(256)
-		if err != nil {
-			return nil, err
-		}
-		got := 0
-		done := false
-		for m := range batch.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			if l, ok := s.line(rctx, tenant, id, m); ok {
-				out = append(out, l)
-			}
-			if md.Sequence.Stream >= last.Sequence {
-				done = true
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, err
-		}
-		if done {
-			return out, nil
-		}
-		if err := rctx.Err(); err != nil {
-			return nil, err
-		}
-		// The last line is in the stream, so an empty fetch means the
-		// read is stuck (its consumer went with a server restart, say):
-		// give up after two and let the event be retried.
-		if got == 0 {
-			if empty++; empty == 2 {
-				return nil, fmt.Errorf("reading %s stalled at %d lines", subj, len(out))
-			}
-		} else {
-			empty = 0
-		}
-	}
+	return true, s.rd.Merge(ctx, tenant, id)
 }
 
-// line turns one .msg message into its stored line; a large-line pointer
-// is resolved from storage (ok is false when it cannot be).
-func (s *Service) line(ctx context.Context, tenant, id string, m jetstream.Msg) (storage.StreamLine, bool) {
-	seq, err := strconv.ParseUint(m.Headers().Get(protocol.HeaderSeq), 10, 64)
-	if err != nil || seq == 0 {
-		return storage.StreamLine{}, false
+// each runs fn for every job, eight at a time.
+func each(jobs []*job, fn func(*job)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(j)
+		})
 	}
-	attempt, _ := strconv.Atoi(m.Headers().Get(protocol.HeaderAttempt))
-	data := m.Data()
-	if msg := protocol.ParseMessage(data); msg.Type == protocol.TypeLargeLine {
-		whole, err := s.cfg.Store.Get(ctx, storage.LineKey(tenant, id, seq))
-		if err != nil {
-			return storage.StreamLine{}, false
-		}
-		data = whole
+	wg.Wait()
+}
+
+func maxSeq(lines []storage.StreamLine) uint64 {
+	var m uint64
+	for _, l := range lines {
+		m = max(m, l.Seq)
 	}
-	return storage.StreamLine{Seq: seq, Attempt: attempt, Data: append([]byte(nil), data...)}, true
+	return m
 }

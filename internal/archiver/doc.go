@@ -1,34 +1,42 @@
-// Package archiver makes a finished query's stored transcript complete from
-// the FLEET_QUERIES stream, without the worker that produced it.
+// Package archiver writes every finished query's transcript from the
+// FLEET_QUERIES stream: the stream is the log (issue 12).
 //
-// A worker journals every line and copies its journal to storage; a worker
-// host that is lost (SIGKILL, a container with an ephemeral disk) never
-// copies the tail it had not flushed yet, and lines a worker could not
-// journal (its disk was full) reach only the stream. Every line the fleet
-// acknowledged is in the stream, though, so the archiver, run by
-// `dispatcher serve`, repairs transcripts from there:
+// A line is durable once FLEET_QUERIES acknowledged it. Workers no longer
+// store transcripts: their journal (pkg/journal, memory first) holds a line
+// only until the stream acknowledges it, and stores to storage only the
+// lines that never reached the stream (spilled to its disk while NATS was
+// away, then put as chunks). The archiver, run by `dispatcher serve`, turns
+// the stream into transcripts:
 //
-//   - it reads the status events with a durable consumer ("archiver", shared
-//     by every dispatcher, so each event is handled once);
-//   - a terminal status is looked at Config.Delay after it was first
-//     delivered (NakWithDelay: JetStream is the timer, so a dispatcher
-//     restart loses nothing), which leaves the worker time to write the
-//     transcript itself on the happy path;
-//   - then it reads the query's .msg lines from the stream and calls
-//     storage.RepairTranscript, which compares them with the stored
-//     transcript and writes only the lines no chunk holds, as chunks of
-//     their own, then re-assembles the transcript;
-//   - repairs run side by side (Config.Workers, 8), so a slow or stuck
-//     one never holds up the others; each is bounded by
-//     Config.ReadTimeout, and one that fails, or whose read stalls (two
-//     empty fetches while lines remain, as across a server restart), is
-//     retried with NakWithDelay from 1s doubling to 30s.
+//   - it reads the status events with one durable consumer ("archiver") that
+//     every dispatcher shares, so the work spreads over the dispatchers and
+//     each event is handled once; a dispatcher restart loses nothing (the
+//     consumer keeps its place);
+//   - it gathers terminal statuses into batches (Config.Batch, up to
+//     Config.Linger after the first), and for each query reads its .msg
+//     lines with batched direct gets (one request per 1,000 lines, Reader);
+//     a terminal status is published only after every line of its attempt
+//     is stored, so the lines are all there; when the status says a higher
+//     last seq than the read found (a replica behind), it retries;
+//   - the transcript is every seq's line of the highest attempt, in
+//     Fleet-Seq order (storage.StreamTranscript); the batch's transcripts
+//     are written with one storage.PutBatch (on FS: two filesystem syncs for
+//     the whole batch instead of fsyncs per file and directory; one object
+//     write per transcript on NATS, S3 and R2);
+//   - then it lists the query's chunk objects; where a journal stored some,
+//     it merges them in (storage.MergeTranscript) and writes again, until no
+//     chunk arrives during a merge; a journal that stores chunks later
+//     merges them itself (Reader.MergeIfArchived, the journal's hooks);
+//   - events are acked after their transcript is written; a failure naks
+//     them for a retry after Config.Retry.
 //
-// Lines too large for NATS travel as x_fleet_large_line pointers; the
-// archiver takes their content from storage (storage.LineKey) and leaves a
-// seq alone when that is missing too.
+// Lines too large for NATS travel as x_fleet_large_line pointers; their
+// content is in storage (storage.LineKey, put by the worker's journal,
+// which spills a large line at once). A pointer whose line is not in
+// storage yet makes the archiver retry, up to Config.MaxTries deliveries,
+// after which it writes the transcript without that line and logs an error
+// (a worker host lost before it stored the line).
 //
-// This is the first step of "the stream is the log" (issue 12): the same
-// loop, given batches and a queue group, can take over writing every
-// transcript from the workers.
+// This makes a stored transcript complete without the worker that produced
+// it (issue 8, point 3): TestLostWorkerTranscriptIsCompleted.
 package archiver

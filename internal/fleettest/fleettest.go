@@ -86,9 +86,6 @@ type Opts struct {
 	// Server, if set, is used instead of starting one (e.g. one started
 	// from deploy/nats/nats-server.conf).
 	Server *server.Server
-	// ArchiveDelay, if set, runs the archiver with this Delay (as
-	// `dispatcher serve` does), on the fleet's storage.
-	ArchiveDelay time.Duration
 	// Connect, if set, makes the connection of a role: "dispatcher",
 	// "worker" or "client". Defaults to an unauthenticated natstest.Connect.
 	Connect func(t testing.TB, role string) *nats.Conn
@@ -110,7 +107,7 @@ type Fleet struct {
 	Dir     string
 	Objects storage.Store
 	Disp    *dispatcher.Service
-	Arch    *archiver.Service // nil unless Opts.ArchiveDelay
+	Arch    *archiver.Service // writes transcripts from the stream, as `dispatcher serve` does
 	Client  *fleetapi.Client
 	Logger  zerolog.Logger
 	connect func(t testing.TB, role string) *nats.Conn
@@ -153,17 +150,15 @@ func New(t testing.TB, o Opts) *Fleet {
 	defer cancel()
 	require.NoError(t, f.Disp.Start(ctx))
 	t.Cleanup(func() { _ = f.Disp.Stop(context.Background()) })
-	if o.ArchiveDelay > 0 {
-		f.Arch, err = archiver.New(archiver.Config{NC: nc, Names: f.Names, Store: objects, Delay: o.ArchiveDelay, Logger: &f.Logger})
-		require.NoError(t, err)
-		require.NoError(t, f.Arch.Start(ctx))
-		t.Cleanup(func() {
-			// Bounded: a test may have taken the server away for good.
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = f.Arch.Stop(ctx)
-		})
-	}
+	f.Arch, err = archiver.New(archiver.Config{NC: nc, Names: f.Names, Store: objects, Retry: 200 * time.Millisecond, Logger: &f.Logger})
+	require.NoError(t, err)
+	require.NoError(t, f.Arch.Start(ctx))
+	t.Cleanup(func() {
+		// Bounded: a test may have taken the server away for good.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = f.Arch.Stop(ctx)
+	})
 	f.Client, err = fleetapi.NewClient(connect(t, "client"), f.Names)
 	require.NoError(t, err)
 	return f
@@ -204,13 +199,10 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	jcfg := journal.Config{
 		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
 		RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		AssembleFunc: func(ctx context.Context, tenant, id string) error {
-			return storage.AssembleTranscript(ctx, store, tenant, id)
-		},
-		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
-			return storage.ReassembleIfAssembled(ctx, store, tenant, id)
-		},
+		SpillAfter: worker.DefaultJournalSpillAfter,
 	}
+	merge := archiver.NewReader(nc, f.Names, store).MergeIfArchived
+	jcfg.AssembleFunc, jcfg.NonFinalFunc = merge, merge
 	if o.JournalMod != nil {
 		o.JournalMod(&jcfg)
 	}

@@ -16,9 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -45,14 +47,9 @@ func workerProcess(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	jl, err := journal.New(journal.Config{Dir: jdir, Store: store,
-		AssembleFunc: func(ctx context.Context, tenant, id string) error {
-			return storage.AssembleTranscript(ctx, store, tenant, id)
-		},
-		NonFinalFunc: func(ctx context.Context, tenant, id string) error {
-			return storage.ReassembleIfAssembled(ctx, store, tenant, id)
-		},
-	})
+	merge := archiver.NewReader(nc, protocol.NewNames(""), store).MergeIfArchived
+	jl, err := journal.New(journal.Config{Dir: jdir, Store: store, SpillAfter: worker.DefaultJournalSpillAfter,
+		AssembleFunc: merge, NonFinalFunc: merge})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -22,9 +22,12 @@ import (
 // that another writer ended).
 var errFenced = errors.New("worker: a later attempt took over this query")
 
-// journalLog is what the relay needs of a journal log.
+// journalLog is what the relay needs of a journal log: Append before
+// publishing a line, Ack once the stream stored it (a memory-first
+// journal then forgets it).
 type journalLog interface {
 	Append(seq uint64, line []byte) error
+	Ack(seq uint64)
 }
 
 // noRetry turns off nats.go's own retry of a publish that met no
@@ -444,6 +447,7 @@ func (r *relay) setStored(seq uint64) {
 	r.mu.Lock()
 	r.stored = max(r.stored, seq)
 	r.mu.Unlock()
+	r.journal.Ack(seq)
 }
 
 func (r *relay) storedSeq() uint64 {

@@ -18,6 +18,8 @@ func (m *memLog) Append(_ uint64, line []byte) error {
 	return nil
 }
 
+func (m *memLog) Ack(uint64) {}
+
 // TestRelayRunEndsWithItsContext: the publisher goroutine returns once its
 // context ends, even when the relay was never closed and has nothing queued
 // (it used to wait on its sync.Cond for good).

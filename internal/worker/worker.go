@@ -120,6 +120,12 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
+// DefaultJournalSpillAfter is the worker's journal.Config.SpillAfter: a
+// line the stream has not acknowledged this long after the agent wrote it
+// goes to the local disk (NATS away or slow); on the happy path nothing is
+// written.
+const DefaultJournalSpillAfter = time.Second
+
 // Config configures a Worker.
 type Config struct {
 	// NC is the NATS connection. Required.

@@ -59,6 +59,7 @@ const (
 	DefaultAttemptTimeout     = 30 * time.Second
 	DefaultReserveBytes       = 1 << 20
 	DefaultSpaceProbeInterval = time.Second
+	DefaultSpillBytes         = 4 << 20
 )
 
 // MaxLineBytes is the largest line Append accepts (1 GiB).
@@ -124,6 +125,15 @@ type Config struct {
 	// SpaceProbeInterval is how often a full disk is checked for room
 	// again. Defaults to 1s.
 	SpaceProbeInterval time.Duration
+	// SpillAfter turns on the memory-first journal (see the package
+	// documentation, # Memory first): a log holds its lines in memory
+	// until Log.Ack says the stream has them, and writes to disk only the
+	// lines not acked this long after they were appended (NATS away or
+	// slow). 0 (the default) writes every line to the WAL at Append.
+	SpillAfter time.Duration
+	// SpillBytes: a memory-first log also spills once the lines it holds
+	// pass this many bytes. Defaults to 4 MiB.
+	SpillBytes int
 	// Test holds hooks for tests. Defaults to real time.
 	Test TestConfig
 }
@@ -159,6 +169,7 @@ func (c Config) withDefaults() Config {
 	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
 	c.ReserveBytes = cmp.Or(c.ReserveBytes, DefaultReserveBytes)
 	c.SpaceProbeInterval = cmp.Or(c.SpaceProbeInterval, DefaultSpaceProbeInterval)
+	c.SpillBytes = cmp.Or(c.SpillBytes, DefaultSpillBytes)
 	if c.Test.SleepFunc == nil {
 		c.Test.SleepFunc = sleepCtx
 	}
@@ -197,6 +208,10 @@ func (c Config) validate() error {
 		msg = "AttemptTimeout must be positive"
 	case c.SpaceProbeInterval < 0:
 		msg = "SpaceProbeInterval must be positive"
+	case c.SpillAfter < 0:
+		msg = "SpillAfter must be positive"
+	case c.SpillBytes < 0:
+		msg = "SpillBytes must be positive"
 	default:
 		return nil
 	}

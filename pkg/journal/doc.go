@@ -1,20 +1,65 @@
-// Package journal is the worker's local, durable, ordered log of every line an
-// agent writes to stdout. Each line is appended to the journal before it is
-// published to NATS; a flusher then copies the journal to storage in order,
-// retrying with backoff. A storage outage only delays persistence (the
-// backlog grows on local disk, not in memory: a flusher holds at most one
-// chunk, and a closed log waiting for storage keeps no file open); it never
-// loses or reorders a line and never blocks the agent's output. A worker that restarts after a
-// crash flushes what it journaled before dying.
+// Package journal is the worker's local, ordered log of the lines an agent
+// writes to stdout that are not durable elsewhere yet. Each line is appended
+// to the journal before it is published to NATS. It runs in one of two
+// modes:
+//
+//   - Memory first (Config.SpillAfter > 0, what the worker runs): a line is
+//     durable once FLEET_QUERIES acknowledged it, so the journal holds a line
+//     in memory only until Log.Ack says the stream has it, and writes
+//     nothing on the happy path (no file, no fsync, no storage call per
+//     job). Lines the stream has not acknowledged SpillAfter after they
+//     were appended (NATS away or slow), more than SpillBytes of them, a
+//     line too large for NATS, or lines still unacknowledged when the log is
+//     closed or the journal stops, are spilled: the log creates its WAL on
+//     disk, writes them there, and from then on works as below, except that
+//     it skips, when flushing, the lines the stream acknowledged meanwhile.
+//     So only lines that never reached the stream are put to storage; the
+//     archiver (internal/archiver) writes transcripts from the stream and
+//     merges those chunks in. See # Memory first.
+//   - Disk first (SpillAfter 0): every line is written to the WAL at Append,
+//     and a flusher copies the WAL to storage in order, retrying with
+//     backoff, and assembles the transcript from the chunks.
+//
+// A storage outage only delays persistence (the backlog grows on local
+// disk, not in memory: a flusher holds at most one chunk, and a closed log
+// waiting for storage keeps no file open); it never loses or reorders a
+// line and never blocks the agent's output. A worker that restarts after a
+// crash flushes what it had on disk before dying.
 //
 // Usage (the worker):
 //
-//	j, err := journal.New(journal.Config{Dir: dir, Store: store, AssembleFunc: assemble})
+//	j, err := journal.New(journal.Config{Dir: dir, Store: store, SpillAfter: time.Second, AssembleFunc: merge})
 //	err = j.Start(ctx)              // recovers logs left by a crashed process
 //	l, err := j.Open(tenant, id, attempt)
 //	err = l.Append(seq, line)       // for every stdout line, before publishing it
+//	l.Ack(seq)                      // once the stream stored every line up to seq
 //	err = l.Close(final)            // final=true when the query ended here
-//	err = j.Stop(ctx)               // last flush, bounded by ctx
+//	err = j.Stop(ctx)               // spills what is not acked, last flush, bounded by ctx
+//
+// # Memory first
+//
+// What a crash can lose: a line is in the stream (durable), or in the
+// journal's memory for at most SpillAfter (or until SpillBytes), or on
+// disk. A SIGKILL of the worker loses the lines held in memory, which never
+// reached the stream and so were never seen by a subscriber; the agent
+// that wrote them dies with the worker, and the job's next attempt
+// continues after the last line the stream holds. Lines on disk are
+// recovered by the next Start as under disk first, then put to storage as
+// chunks, which the archiver merges into the transcript.
+//
+// Full disk: Append never waits for the disk; a spill that finds the disk
+// full writes nothing (all or nothing: a partial WAL is removed), marks
+// the journal full (Full, so the worker stops pulling and says why) and
+// keeps the lines in memory, where an Ack still drops them; the spill is
+// retried every SpillAfter/4 and succeeds once the disk has room. No line
+// is dropped. A large line (over the NATS max payload, LargeLineBytesFunc)
+// spills its log at once, because it reaches the stream as a pointer and
+// must reach storage whole (storage.LineKey); a spilled log never skips a
+// large line. Memory is bounded by the worker's relay, which holds the same
+// unacknowledged lines (QueueBytes) and makes the agent wait beyond it.
+//
+// Backlog counts spilled lines not yet in storage; lines held in memory
+// are not counted.
 //
 // # Storage objects
 //
@@ -26,8 +71,10 @@
 // was closed, or the journal is stopping. Lines longer than
 // Config.LargeLineBytes are also stored whole under storage.LineKey(tenant,
 // id, seq). When a log closed with final=true is fully flushed, the flusher
-// calls Config.AssembleFunc (storage.AssembleTranscript in the worker), which
-// concatenates the chunks into the transcript.
+// calls Config.AssembleFunc (disk first: storage.AssembleTranscript, which
+// concatenates the chunks into the transcript; the worker, memory first,
+// passes the archiver's merge of its chunks into the transcript written
+// from the stream). A memory-first log that put nothing calls no hook.
 //
 // # Ordering
 //
@@ -109,6 +156,7 @@
 //
 // # Full disk
 //
+// (Disk first, or a spilled log.)
 // Start writes Config.ReserveBytes (1 MiB) into <Dir>/.reserve. When a WAL
 // write finds the disk full (ENOSPC, EDQUOT), Append records nothing and
 // returns an error wrapping ErrNoSpace, the journal deletes the reserve (so

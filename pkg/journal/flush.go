@@ -87,6 +87,7 @@ func (l *Log) decide() step {
 	if l.forcedEnd > l.flushedOff {
 		return step{action: actUpload, from: l.flushedOff, limit: l.forcedEnd}
 	}
+	l.skipAcked()
 	now := cfg.Test.NowFunc()
 	if l.closed || stopping {
 		l.target, l.oldestAt = l.writeOff, time.Time{}
@@ -186,6 +187,8 @@ func (l *Log) flushChunk(ctx context.Context, s step) error {
 	size := int64(len(c.payload))
 	l.mu.Lock()
 	l.flushedOff, l.flushedSeq, l.inflight = c.end, c.last, nil
+	l.uploaded = true
+	l.dropFlushedRecords()
 	if l.forcedEnd <= l.flushedOff {
 		l.forcedEnd = 0
 	}
@@ -261,8 +264,11 @@ func (l *Log) finish(ctx context.Context) error {
 	cfg := &l.j.cfg
 	l.mu.Lock()
 	final := l.final
+	// A memory-first log that put nothing (every line reached the
+	// stream) has nothing to assemble or merge.
+	hooks := !l.memory || l.uploaded
 	l.mu.Unlock()
-	if final {
+	if hooks && final {
 		for _, e := range l.j.earlier(l.key) {
 			select {
 			case <-e.finished:
@@ -290,7 +296,7 @@ func (l *Log) finish(ctx context.Context) error {
 				return err
 			}
 		}
-	} else if cfg.NonFinalFunc != nil {
+	} else if hooks && cfg.NonFinalFunc != nil {
 		err := l.retry(ctx, "non-final hook", func(ctx context.Context) error {
 			return cfg.NonFinalFunc(ctx, l.key.tenant, l.key.id)
 		})

@@ -70,6 +70,11 @@ type Journal struct {
 	stopCtx    context.Context
 	stopCancel context.CancelFunc
 
+	// flusherMu guards noMoreFlushers: set by Stop before it waits for
+	// the flushers, after which a spilled log starts none.
+	flusherMu      sync.Mutex
+	noMoreFlushers bool
+
 	lock       *os.File       // flock on Dir/.lock while started
 	flushers   sync.WaitGroup // one goroutine per log
 	background sync.WaitGroup // the fsync ticker
@@ -147,6 +152,10 @@ func (j *Journal) Start(ctx context.Context) error {
 	}
 	j.background.Add(1)
 	go j.spaceLoop()
+	if j.cfg.SpillAfter > 0 {
+		j.background.Add(1)
+		go j.spillLoop()
+	}
 	j.logger.Info().Int("recovered_logs", len(recovered)).Str("fsync", j.cfg.Fsync.String()).Msg("journal started")
 	return nil
 }
@@ -173,7 +182,13 @@ func (j *Journal) Stop(ctx context.Context) error {
 	// for the flushers, cancelling their storage calls if ctx ends first;
 	// (3) stop the fsync ticker; (4) fsync and close the files, after which
 	// Append fails with ErrStopped.
+	// Memory-first logs spill what the stream has not acknowledged, so
+	// the flushers store it (or the next Start recovers it).
+	j.spillAll(true)
 	j.stopCancel()
+	j.flusherMu.Lock()
+	j.noMoreFlushers = true
+	j.flusherMu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		j.flushers.Wait()
@@ -242,6 +257,12 @@ func (j *Journal) Open(tenant, id string, attempt int) (*Log, error) {
 		return nil, fmt.Errorf("journal: open %s: %w", key, ErrExists)
 	}
 	l := j.newLog(key)
+	if j.cfg.SpillAfter > 0 {
+		// Memory first: no file, no flusher until the log spills.
+		l.memory, l.lazy = true, true
+		j.logs[key] = l
+		return l, nil
+	}
 	if err := l.create(); err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", key, err)
 	}

@@ -43,6 +43,15 @@ type Log struct {
 	dirty    bool  // written since the last fsync
 	broken   error // a failed write could not be rolled back
 	closed   bool
+	// Memory first (Config.SpillAfter): memory is set for the log's whole
+	// life; lazy while it has no files (its lines are in mem).
+	memory   bool
+	lazy     bool
+	mem      []memLine
+	memBytes int64
+	acked    uint64   // highest seq the stream acknowledged
+	records  []record // spilled records from the first not flushed nor skipped
+	uploaded bool     // a chunk of this log was put
 	final    bool
 
 	// Flusher view. flushedOff is the offset of the first record not yet
@@ -119,19 +128,36 @@ func (l *Log) Append(seq uint64, line []byte) error {
 	if bytes.IndexByte(line, '\n') >= 0 {
 		return fmt.Errorf("journal: append %s seq %d: %w: contains a newline", l.key, seq, ErrInvalidLine)
 	}
-	cfg := &l.j.cfg
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.closed:
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, ErrClosed)
+	case seq <= l.lastSeq:
+		return fmt.Errorf("journal: append %s seq %d: %w (last seq %d)", l.key, seq, ErrSeqOrder, l.lastSeq)
+	case l.lazy:
+		l.hold(seq, line)
+		return nil
 	case l.f == nil:
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, ErrStopped)
 	case l.broken != nil:
 		return fmt.Errorf("journal: append %s seq %d: log unusable after a failed write: %w", l.key, seq, l.broken)
-	case seq <= l.lastSeq:
-		return fmt.Errorf("journal: append %s seq %d: %w (last seq %d)", l.key, seq, ErrSeqOrder, l.lastSeq)
 	}
+	if err := l.writeRecord(seq, line); err != nil {
+		return err
+	}
+	if l.j.cfg.Fsync == FsyncAlways {
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("journal: append %s seq %d: line recorded but fsync failed: %w", l.key, seq, err)
+		}
+	}
+	return nil
+}
+
+// writeRecord writes one record to the WAL (l.mu held, l.f open); on error
+// nothing is recorded.
+func (l *Log) writeRecord(seq uint64, line []byte) error {
+	cfg := &l.j.cfg
 	var err error
 	if fault := cfg.Test.WriteFault; fault != nil {
 		if err := fault("wal"); err != nil {
@@ -164,8 +190,12 @@ func (l *Log) Append(seq uint64, line []byte) error {
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
 	}
 	n := int64(len(line)) + 1
+	start := l.writeOff
 	l.lastSeq = seq
 	l.writeOff += headerSize + int64(len(line))
+	if l.memory {
+		l.records = append(l.records, record{seq: seq, start: start, end: l.writeOff, large: l.isLarge(len(line))})
+	}
 	l.pendingLines++
 	l.pendingBytes += n
 	l.j.backlogLines.Add(1)
@@ -181,12 +211,7 @@ func (l *Log) Append(seq uint64, line []byte) error {
 	if wake {
 		l.signal()
 	}
-	switch cfg.Fsync {
-	case FsyncAlways:
-		if err := l.f.Sync(); err != nil {
-			return fmt.Errorf("journal: append %s seq %d: line recorded but fsync failed: %w", l.key, seq, err)
-		}
-	case FsyncInterval:
+	if cfg.Fsync == FsyncInterval {
 		l.dirty = true
 	}
 	return nil
@@ -204,6 +229,23 @@ func (l *Log) Close(final bool) error {
 	if l.closed {
 		l.mu.Unlock()
 		return fmt.Errorf("journal: close %s: %w", l.key, ErrClosed)
+	}
+	if l.lazy {
+		if len(l.mem) == 0 {
+			// Every line is in the stream: nothing to keep or store.
+			l.closed, l.final = true, final
+			l.mu.Unlock()
+			l.dropInMemory()
+			return nil
+		}
+		// Lines the stream never acked: to disk, then stored like any
+		// spilled log. On a full disk they stay in memory and the spill
+		// is retried.
+		if err := l.spill(); err != nil {
+			l.closed, l.final = true, final
+			l.mu.Unlock()
+			return nil
+		}
 	}
 	l.closed = true
 	l.final = final
@@ -340,6 +382,12 @@ func (l *Log) shutdown() string {
 	}
 	if l.persisted {
 		return ""
+	}
+	if l.lazy {
+		if len(l.mem) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s: %d lines (%d bytes) the stream never acknowledged, held in memory: the disk refused them", l.key, len(l.mem), l.memBytes)
 	}
 	var what string
 	switch {

@@ -1,0 +1,160 @@
+package archiver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+)
+
+// pageLines is how many lines one batched direct get asks for.
+const pageLines = 1000
+
+// Reader reads a query's lines from FLEET_QUERIES and writes transcripts
+// from them; the archiver uses it, and a worker's journal merges the
+// chunks it stores late through it.
+type Reader struct {
+	nc    *nats.Conn
+	names protocol.Names
+	store storage.Store
+}
+
+// NewReader returns a Reader.
+func NewReader(nc *nats.Conn, names protocol.Names, store storage.Store) *Reader {
+	return &Reader{nc: nc, names: names, store: store}
+}
+
+// Lines reads every .msg line of the query from the stream, with batched
+// direct gets (one request per pageLines lines; the stream must allow
+// direct gets, as FLEET_QUERIES does). Large-line pointers are resolved
+// from storage (storage.LineKey); complete is false when one of them is not
+// there (yet), and that line is left out.
+func (r *Reader) Lines(ctx context.Context, tenant, id string) (lines []storage.StreamLine, complete bool, err error) {
+	subj := r.names.QueryMsg(tenant, id)
+	api := "$JS.API.DIRECT.GET." + r.names.QueriesStream()
+	complete = true
+	var from uint64
+	for {
+		inbox := r.nc.NewInbox()
+		sub, err := r.nc.SubscribeSync(inbox)
+		if err != nil {
+			return nil, false, err
+		}
+		req, _ := json.Marshal(struct {
+			Seq   uint64 `json:"seq,omitempty"`
+			Next  string `json:"next_by_subj"`
+			Batch int    `json:"batch"`
+		}{from, subj, pageLines})
+		more, last, err := func() (bool, uint64, error) {
+			defer func() { _ = sub.Unsubscribe() }()
+			if err := r.nc.PublishRequest(api, inbox, req); err != nil {
+				return false, 0, err
+			}
+			var last uint64
+			for {
+				m, err := sub.NextMsgWithContext(ctx)
+				if err != nil {
+					return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, err)
+				}
+				switch st := m.Header.Get("Status"); st {
+				case "":
+				case "404":
+					return false, last, nil // nothing (more) on the subject
+				case "204": // end of batch
+					pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+					return pending > 0 && last > 0, last, nil
+				default:
+					return false, 0, fmt.Errorf("archiver: reading %s: status %s %s", subj, st, m.Header.Get("Description"))
+				}
+				last, _ = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+				l, ok, err := r.line(ctx, tenant, id, m)
+				if err != nil {
+					return false, 0, err
+				}
+				if ok {
+					lines = append(lines, l)
+				} else if l.Seq != 0 {
+					complete = false
+				}
+			}
+		}()
+		if err != nil {
+			return nil, false, err
+		}
+		if !more {
+			return lines, complete, nil
+		}
+		from = last + 1
+	}
+}
+
+// line turns one .msg message into its stored line; a large-line pointer
+// is resolved from storage (ok is false, with l.Seq set, when the line is
+// not there).
+func (r *Reader) line(ctx context.Context, tenant, id string, m *nats.Msg) (l storage.StreamLine, ok bool, err error) {
+	seq, perr := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+	if perr != nil || seq == 0 {
+		return storage.StreamLine{}, false, nil
+	}
+	attempt, _ := strconv.Atoi(m.Header.Get(protocol.HeaderAttempt))
+	l = storage.StreamLine{Seq: seq, Attempt: attempt, Data: m.Data}
+	if msg := protocol.ParseMessage(m.Data); msg.Type == protocol.TypeLargeLine {
+		whole, err := r.store.Get(ctx, storage.LineKey(tenant, id, seq))
+		if errors.Is(err, storage.ErrNotFound) {
+			return l, false, nil
+		}
+		if err != nil {
+			return l, false, err
+		}
+		l.Data = whole
+	}
+	return l, true, nil
+}
+
+// Merge writes the query's transcript from the stream and its chunk
+// objects (storage.MergeTranscript). It repeats while the chunks change
+// during a merge, so the transcript it leaves has seen every chunk stored
+// before its last write.
+func (r *Reader) Merge(ctx context.Context, tenant, id string) error {
+	for range 10 {
+		lines, _, err := r.Lines(ctx, tenant, id)
+		if err != nil {
+			return err
+		}
+		data, keys, err := storage.MergeTranscript(ctx, r.store, tenant, id, lines)
+		if err != nil {
+			return err
+		}
+		if err := r.store.Put(ctx, storage.TranscriptKey(tenant, id), data); err != nil {
+			return err
+		}
+		after, err := storage.ChunkKeys(ctx, r.store, tenant, id)
+		if err != nil {
+			return err
+		}
+		if slices.Equal(keys, after) {
+			return nil
+		}
+	}
+	return fmt.Errorf("archiver: merging %s/%s: chunks kept changing", tenant, id)
+}
+
+// MergeIfArchived merges the query's chunks into its transcript if the
+// archiver wrote one already; otherwise the archiver merges them when the
+// query ends. A journal calls it once it has stored chunks.
+func (r *Reader) MergeIfArchived(ctx context.Context, tenant, id string) error {
+	if _, err := r.store.Get(ctx, storage.TranscriptKey(tenant, id)); err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return r.Merge(ctx, tenant, id)
+}
