@@ -27,8 +27,12 @@
 //     it merges them in (storage.MergeTranscript) and writes again, until no
 //     chunk arrives during a merge; a journal that stores chunks later
 //     merges them itself (Reader.MergeIfArchived, the journal's hooks);
+//   - batches are archived side by side (Config.Workers, 8), so a slow or
+//     stuck one (a slow bucket, a read across a server restart) never holds
+//     up the others; each is bounded by Config.ReadTimeout;
 //   - events are acked after their transcript is written; a failure naks
-//     them for a retry after Config.Retry.
+//     them for a retry after Config.Retry, doubling with each delivery up
+//     to 30s.
 //
 // Lines too large for NATS travel as x_fleet_large_line pointers; their
 // content is in storage (storage.LineKey, put by the worker's journal,
