@@ -27,6 +27,7 @@ var errFenced = errors.New("worker: a later attempt took over this query")
 // journal then forgets it).
 type journalLog interface {
 	Append(seq uint64, line []byte) error
+	AppendWhole(seq uint64, line []byte) error
 	Ack(seq uint64)
 }
 
@@ -133,7 +134,11 @@ func (r *relay) emit(line []byte) error {
 		return errFenced
 	}
 	seq := r.seq + 1
-	if err := r.journal.Append(seq, line); err != nil {
+	appendLine := r.journal.Append
+	if len(line) > r.maxPayload {
+		appendLine = r.journal.AppendWhole // goes out as a pointer
+	}
+	if err := appendLine(seq, line); err != nil {
 		if !errors.Is(err, journal.ErrNoSpace) || len(line) > r.maxPayload {
 			return fmt.Errorf("worker: journal query %s seq %d: %w", r.id, seq, err)
 		}

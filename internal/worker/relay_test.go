@@ -18,6 +18,8 @@ func (m *memLog) Append(_ uint64, line []byte) error {
 	return nil
 }
 
+func (m *memLog) AppendWhole(seq uint64, line []byte) error { return m.Append(seq, line) }
+
 func (m *memLog) Ack(uint64) {}
 
 // TestRelayRunEndsWithItsContext: the publisher goroutine returns once its

@@ -9,7 +9,7 @@
 //     nothing on the happy path (no file, no fsync, no storage call per
 //     job). Lines the stream has not acknowledged SpillAfter after they
 //     were appended (NATS away or slow), more than SpillBytes of them, a
-//     line too large for NATS, or lines still unacknowledged when the log is
+//     line too large for NATS (AppendWhole), or lines still unacknowledged when the log is
 //     closed or the journal stops, are spilled: the log creates its WAL on
 //     disk, writes them there, and from then on works as below, except that
 //     it skips, when flushing, the lines the stream acknowledged meanwhile.
@@ -52,10 +52,11 @@
 // the journal full (Full, so the worker stops pulling and says why) and
 // keeps the lines in memory, where an Ack still drops them; the spill is
 // retried every SpillAfter/4 and succeeds once the disk has room. No line
-// is dropped. A large line (over the NATS max payload, LargeLineBytesFunc)
-// spills its log at once, because it reaches the stream as a pointer and
-// must reach storage whole (storage.LineKey); a spilled log never skips a
-// large line. Memory is bounded by the worker's relay, which holds the same
+// is dropped. A line appended with AppendWhole (the worker's lines over the
+// NATS max payload) spills its log at once, because it reaches the stream
+// as a pointer and must reach storage whole (storage.LineKey); a spilled
+// log never skips such a line. (Append never calls LargeLineBytesFunc,
+// which may wait for a reconnecting NATS connection.) Memory is bounded by the worker's relay, which holds the same
 // unacknowledged lines (QueueBytes) and makes the agent wait beyond it.
 //
 // Backlog counts spilled lines not yet in storage; lines held in memory

@@ -121,7 +121,15 @@ func (l *Log) create() error {
 // Stop closed the files. On a write error nothing is recorded and the call
 // may be repeated with the same seq; on an fsync error (FsyncAlways) the line
 // is recorded and will be persisted, but may not survive a power loss.
-func (l *Log) Append(seq uint64, line []byte) error {
+func (l *Log) Append(seq uint64, line []byte) error { return l.append(seq, line, false) }
+
+// AppendWhole is Append for a line that must also reach storage whole
+// (storage.LineKey): the caller sent it to the stream as a pointer because
+// it is too large for NATS. A memory-first log spills at once, and never
+// skips the line when the stream acknowledges its pointer.
+func (l *Log) AppendWhole(seq uint64, line []byte) error { return l.append(seq, line, true) }
+
+func (l *Log) append(seq uint64, line []byte, whole bool) error {
 	if len(line) > MaxLineBytes {
 		return fmt.Errorf("journal: append %s seq %d: %w: %d bytes, limit %d", l.key, seq, ErrInvalidLine, len(line), MaxLineBytes)
 	}
@@ -136,14 +144,14 @@ func (l *Log) Append(seq uint64, line []byte) error {
 	case seq <= l.lastSeq:
 		return fmt.Errorf("journal: append %s seq %d: %w (last seq %d)", l.key, seq, ErrSeqOrder, l.lastSeq)
 	case l.lazy:
-		l.hold(seq, line)
+		l.hold(seq, line, whole)
 		return nil
 	case l.f == nil:
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, ErrStopped)
 	case l.broken != nil:
 		return fmt.Errorf("journal: append %s seq %d: log unusable after a failed write: %w", l.key, seq, l.broken)
 	}
-	if err := l.writeRecord(seq, line); err != nil {
+	if err := l.writeRecord(seq, line, whole); err != nil {
 		return err
 	}
 	if l.j.cfg.Fsync == FsyncAlways {
@@ -156,7 +164,7 @@ func (l *Log) Append(seq uint64, line []byte) error {
 
 // writeRecord writes one record to the WAL (l.mu held, l.f open); on error
 // nothing is recorded.
-func (l *Log) writeRecord(seq uint64, line []byte) error {
+func (l *Log) writeRecord(seq uint64, line []byte, whole bool) error {
 	cfg := &l.j.cfg
 	var err error
 	if fault := cfg.Test.WriteFault; fault != nil {
@@ -194,7 +202,7 @@ func (l *Log) writeRecord(seq uint64, line []byte) error {
 	l.lastSeq = seq
 	l.writeOff += headerSize + int64(len(line))
 	if l.memory {
-		l.records = append(l.records, record{seq: seq, start: start, end: l.writeOff, large: l.isLarge(len(line))})
+		l.records = append(l.records, record{seq: seq, start: start, end: l.writeOff, large: whole})
 	}
 	l.pendingLines++
 	l.pendingBytes += n

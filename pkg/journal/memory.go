@@ -13,16 +13,17 @@ import (
 // (mem) until Ack says the stream has them; it spills to disk (creates its
 // WAL, writes the lines held, and from then on works like a disk-first log)
 // only when lines stay unacked SpillAfter, pass SpillBytes, a line is large
-// (it must reach storage whole, storage.LineKey), or the log is closed or
+// (AppendWhole: it must reach storage whole, storage.LineKey), or the log is closed or
 // the journal stopped with lines not acked. A spilled log skips, when it
 // flushes, the lines the stream acknowledged meanwhile: only what never
 // reached the stream is put to storage.
 
 // memLine is a line held in memory.
 type memLine struct {
-	seq  uint64
-	line []byte
-	at   time.Time
+	seq   uint64
+	line  []byte
+	at    time.Time
+	whole bool // AppendWhole
 }
 
 // record is a spilled WAL record not yet flushed nor skipped.
@@ -32,23 +33,14 @@ type record struct {
 	large      bool
 }
 
-// isLarge reports a line that must also be stored whole (LineKey).
-func (l *Log) isLarge(n int) bool {
-	limit := l.j.cfg.LargeLineBytes
-	if fn := l.j.cfg.LargeLineBytesFunc; fn != nil {
-		if v := fn(); v > 0 {
-			limit = v
-		}
-	}
-	return limit > 0 && n > limit
-}
-
 // hold keeps a line in memory (l.mu held) and spills when it must.
-func (l *Log) hold(seq uint64, line []byte) {
-	l.mem = append(l.mem, memLine{seq: seq, line: bytes.Clone(line), at: l.j.cfg.Test.NowFunc()})
+// (It never calls LargeLineBytesFunc: the worker's asks the NATS
+// connection, whose lock a reconnect holds; AppendWhole says it instead.)
+func (l *Log) hold(seq uint64, line []byte, whole bool) {
+	l.mem = append(l.mem, memLine{seq: seq, line: bytes.Clone(line), at: l.j.cfg.Test.NowFunc(), whole: whole})
 	l.memBytes += int64(len(line)) + 1
 	l.lastSeq = seq
-	if l.memBytes > int64(l.j.cfg.SpillBytes) || l.isLarge(len(line)) {
+	if l.memBytes > int64(l.j.cfg.SpillBytes) || whole {
 		_ = l.spill() // on a full disk the lines stay in memory; retried
 	}
 }
@@ -92,7 +84,7 @@ func (l *Log) spill() error {
 	last := l.lastSeq
 	l.lastSeq = 0
 	for _, m := range l.mem {
-		if err := l.writeRecord(m.seq, m.line); err != nil {
+		if err := l.writeRecord(m.seq, m.line, m.whole); err != nil {
 			l.unspill(last)
 			l.j.logSpill(&l.logger, err)
 			return err

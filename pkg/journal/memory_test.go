@@ -159,7 +159,7 @@ func TestMemoryFirstLargeLineStoredWhole(t *testing.T) {
 	require.NoError(t, err)
 	big := line(2, 5000)
 	require.NoError(t, l.Append(1, line(1, 50)))
-	require.NoError(t, l.Append(2, big))
+	require.NoError(t, l.AppendWhole(2, big))
 	require.NoError(t, l.Append(3, line(3, 50)))
 	l.Ack(3)
 	require.NoError(t, l.Close(true))
