@@ -28,6 +28,9 @@ type Config struct {
 	Names protocol.Names
 	// Store holds transcripts and chunks. Required.
 	Store storage.Store
+	// Consumer is the durable consumer's name; archivers that share it
+	// share the work. Defaults to Consumer ("archiver").
+	Consumer string
 	// Batch is the most terminal statuses archived together (one storage
 	// batch). Defaults to 64.
 	Batch int
@@ -89,6 +92,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.NC == nil || cfg.Store == nil {
 		return nil, errors.New("archiver: NC and Store are required")
 	}
+	cfg.Consumer = cmp.Or(cfg.Consumer, Consumer)
 	cfg.Batch = cmp.Or(cfg.Batch, 64)
 	cfg.Linger = cmp.Or(cfg.Linger, 20*time.Millisecond)
 	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, 30*time.Second)
@@ -125,7 +129,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	n := s.cfg.Names
 	c, err := s.js.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
-		Durable:       Consumer,
+		Durable:       s.cfg.Consumer,
 		FilterSubject: n.StatusWildcard(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,

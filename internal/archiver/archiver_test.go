@@ -124,10 +124,11 @@ func publishQuery(t *testing.T, f *fleettest.Fleet, id string, n int) []byte {
 // the transcripts of queries that finish after it are still written.
 func TestStuckRepairDoesNotHoldUpOthers(t *testing.T) {
 	f := fleettest.New(t, fleettest.Opts{})
-	// This archiver takes over the fleet's (one durable consumer).
+	// This archiver replaces the fleet's, with a durable consumer of its
+	// own (events the stopped one had pulled are not held up with it).
 	require.NoError(t, f.Arch.Stop(context.Background()))
 	gated := &gatedStore{Store: f.Objects, prefix: storage.QueryPrefix("default", "stuck"), open: make(chan struct{}), blocked: make(chan struct{})}
-	a, err := archiver.New(archiver.Config{NC: f.NC, Names: f.Names, Store: gated, Delay: 10 * time.Millisecond, Logger: &f.Logger})
+	a, err := archiver.New(archiver.Config{NC: f.NC, Names: f.Names, Store: gated, Consumer: "gated", Delay: 10 * time.Millisecond, Logger: &f.Logger})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(context.Background()))
 	defer func() {

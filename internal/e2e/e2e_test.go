@@ -373,10 +373,9 @@ func TestStorageDownDuringRunTranscriptCompleteLater(t *testing.T) {
 	flaky := storagetest.NewFlaky(f.Objects)
 	flaky.SetDown(true)
 	// The transcript writer (the archiver) and the worker both meet the
-	// outage: the fleet's archiver hands its durable consumer to one on
-	// the flaky store.
+	// outage: the fleet's archiver is replaced by one on the flaky store.
 	require.NoError(t, f.Arch.Stop(context.Background()))
-	arch, err := archiver.New(archiver.Config{NC: f.NC, Names: f.Names, Store: flaky, Retry: 100 * time.Millisecond})
+	arch, err := archiver.New(archiver.Config{NC: f.NC, Names: f.Names, Store: flaky, Consumer: "flaky", Retry: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, arch.Start(context.Background()))
 	t.Cleanup(func() { _ = arch.Stop(context.Background()) })
