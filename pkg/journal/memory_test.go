@@ -2,6 +2,9 @@ package journal
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -167,4 +170,59 @@ func TestMemoryFirstLargeLineStoredWhole(t *testing.T) {
 	v, ok := store.get(storage.LineKey("acme", "q1", 2))
 	require.True(t, ok)
 	require.Equal(t, string(big), string(v))
+}
+
+// TestMemoryFirstFullTmpfs: a memory-first log whose spill meets a real
+// full disk (a 2 MiB tmpfs filled up) keeps its lines in memory, the
+// journal says it is full, and once room returns every line is stored.
+// Needs root to mount; CI runs as root.
+func TestMemoryFirstFullTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs (CI runs as root)")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount tmpfs: %v: %s", err, out)
+		}
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	store := newMemStore()
+	clock := newFakeClock()
+	cfg := memoryConfig(t, store, clock, time.Second)
+	cfg.Dir = filepath.Join(dir, "journal")
+	cfg.ReserveBytes = 16 << 10
+	cfg.SpaceProbeInterval = 10 * time.Millisecond
+	j := startJournal(t, cfg)
+	// Fill the disk.
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	require.NoError(t, err)
+	block := make([]byte, 4096)
+	for {
+		if _, err := f.Write(block); err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			break
+		}
+	}
+	require.NoError(t, f.Close())
+
+	l, err := j.Open("acme", "q1", 1)
+	require.NoError(t, err)
+	want := appendLines(t, l, 1, 100, 1024) // 100 KiB: more than the reserve
+	clock.Advance(2 * time.Second)
+	eventually(t, func() bool { r, _ := j.Full(); return r != nil }, "the failed spill reports the full disk")
+	_, recovered := j.Full()
+	require.NoError(t, l.Close(false), "closing never fails for want of disk")
+
+	require.NoError(t, os.Remove(filler)) // room again
+	waitOrTimeout(t, recovered)
+	require.NoError(t, j.WaitPersisted(testCtx(t), "acme", "q1"))
+	require.Equal(t, string(want), string(store.joined("acme", "q1")), "every line held in memory is stored")
 }
