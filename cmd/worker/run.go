@@ -42,7 +42,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		pprofAddr                    string
 		gitCreds                     string
 		wsAllowFile                  bool
-		wsMaxBytes                   int64
+		wsMaxBytes, sessionFilesMax  int64
 		exitIfIdle                   time.Duration
 		spillAfter                   time.Duration
 	)
@@ -52,6 +52,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	fs.StringVar(&sbName, "sandbox", "local", "default sandbox provider: local or cloudflare (env FLEET_SANDBOX)")
 	fs.StringSliceVar(&otherSandboxes, "other-sandboxes", nil, "providers this worker lacks that other workers of the fleet have: their jobs are handed back, not failed (env FLEET_OTHER_SANDBOXES)")
 	fs.IntVar(&slots, "slots", 4, "jobs run at once on this worker (env FLEET_SLOTS)")
+	fs.Int64Var(&sessionFilesMax, "session-files-max", session.DefaultMaxFilesBytes, "most bytes of a session's files (transcript, subagents) in one checkpoint (env FLEET_SESSION_FILES_MAX)")
 	fs.StringVar(&journalDir, "journal-dir", "./data/journal", "local journal directory (env FLEET_JOURNAL_DIR)")
 	fs.DurationVar(&spillAfter, "journal-spill-after", worker.DefaultJournalSpillAfter, "the journal writes a line to disk only if the stream has not acknowledged it this long after the agent wrote it; 0 = every line to disk at once (env FLEET_JOURNAL_SPILL_AFTER)")
 	fs.StringVar(&sbDir, "sandbox-dir", "./data/sandboxes", "where local sandboxes get their directories (env FLEET_SANDBOX_DIR)")
@@ -84,6 +85,10 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	command, err := shlex.Split(agentCmd)
 	if err != nil || len(command) == 0 {
 		log.Error().Err(err).Msg("--agent-cmd must name a program")
+		return 2
+	}
+	if sessionFilesMax < 1 {
+		fmt.Fprintf(os.Stderr, "worker: --session-files-max must be at least 1 byte, not %d\n", sessionFilesMax)
 		return 2
 	}
 	if err := checkFlags(slots, sbName, cfURL, command); err != nil {
@@ -178,7 +183,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName, OtherSandboxes: otherSandboxes,
 		Runner: runner, Journal: jl, Workspaces: workspaces, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
 		Metrics:     worker.NewMetrics(reg, slots, jl.Backlog),
-		Sessions:    session.Config{Command: command, Logger: &log},
+		Sessions:    session.Config{Command: command, Logger: &log, MaxFilesBytes: sessionFilesMax},
 		Checkpoints: objects,
 	})
 	if err != nil {

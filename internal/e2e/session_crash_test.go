@@ -3,10 +3,12 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -115,4 +117,34 @@ func TestStandinSessionCrashResumesAreBounded(t *testing.T) {
 	// first, then a, b, c each crashed and ran again, then d crashed.
 	require.Len(t, answers(r), 4)
 	require.Len(t, results(r), 8)
+}
+
+// TestStandinSessionCheckpointOverLimit: session files over the worker's
+// limit are not stored; the idle status says so (code, size, limit), the
+// session goes on and is not parked when its idle timeout passes (the
+// status is repeated instead), and a crash then cannot resume it exactly,
+// so it fails with that reason instead of resuming from an older state.
+func TestStandinSessionCheckpointOverLimit(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Sessions.MaxFilesBytes = 10
+		c.Test.SessionIdle = 20 * time.Millisecond
+	}}).W)
+	sw := watchStatus(t, f, "default", "big-1")
+	submitSession(t, f, "default", "big-1", "first", &protocol.Session{}, protocol.Options{})
+	idle := sw.state(protocol.StateIdle, 1)
+	require.NotNil(t, idle.Error, "the idle status says the checkpoint failed")
+	require.Equal(t, protocol.CodeCheckpointFailed, idle.Error.Code)
+	require.Contains(t, idle.Error.Message, "over the limit of 10")
+	sw.waitFor("a second idle status", func(ev protocol.StatusEvent) bool {
+		return ev.State == protocol.StateIdle && ev.At.After(idle.At) && ev.Error != nil
+	})
+	for _, ev := range sw.all() {
+		require.NotEqual(t, protocol.StateParked, ev.State)
+	}
+	sendCtl(t, f, "default", "big-1", input("/standin crash=1"))
+	r := f.Follow("default", "big-1", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Contains(t, r.Final.Error.Message, "the last turn's checkpoint could not be stored")
 }

@@ -316,12 +316,7 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 			}
 			r.checkpoint(ctx, s)
 			if len(queue) == 0 && !endAsked {
-				ev := r.status(protocol.StatusEvent{State: protocol.StateIdle})
-				if r.cpErr != nil {
-					ev.Error = &protocol.ErrorInfo{Code: protocol.CodeCheckpointFailed,
-						Message: "the session's checkpoint could not be stored (a resume starts from the last one stored): " + r.cpErr.Error()}
-				}
-				q.status(ev)
+				q.status(r.idleStatus())
 			}
 		case <-stopping:
 			stopping = nil
@@ -330,6 +325,16 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 			idleArmed = false
 			if len(queue) > 0 || running != nil {
 				continue
+			}
+			if r.cpFailures > 0 {
+				// Parking would lose what the last checkpoint lacks: try
+				// again, and stay (holding the slot, saying why) until one
+				// is stored.
+				r.checkpoint(ctx, s)
+				if r.cpFailures > 0 {
+					q.status(r.idleStatus())
+					continue
+				}
 			}
 			// Park: stdin closed, the agent exits, the checkpoint holds
 			// everything; the job is acked by the caller.
@@ -351,6 +356,17 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 			})
 		}
 	}
+}
+
+// idleStatus is the idle status; it says when the last checkpoint could
+// not be stored.
+func (r *sessionRun) idleStatus() protocol.StatusEvent {
+	ev := r.status(protocol.StatusEvent{State: protocol.StateIdle})
+	if r.cpErr != nil {
+		ev.Error = &protocol.ErrorInfo{Code: protocol.CodeCheckpointFailed,
+			Message: "the session's checkpoint could not be stored, so it is not parked while idle: " + r.cpErr.Error()}
+	}
+	return ev
 }
 
 // recoverCrash resumes a session whose agent crashed during the turn of
@@ -450,7 +466,7 @@ func (r *sessionRun) checkpoint(ctx context.Context, s *session.Session) {
 	r.cp.At = time.Now().UTC()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if _, err := session.Save(cctx, r.q.w.cfg.Checkpoints, r.sb, r.q.job.Tenant, r.q.job.ID, r.cp); err != nil {
+	if _, err := session.SaveMax(cctx, r.q.w.cfg.Checkpoints, r.sb, r.q.job.Tenant, r.q.job.ID, r.cp, r.q.w.cfg.Sessions.FilesLimit()); err != nil {
 		r.cpFailures++
 		r.cpErr = err
 		r.log.Error().Err(err).Msg("storing the session checkpoint")
@@ -558,10 +574,10 @@ func (q *query) runOneShot(ctx context.Context, sb sandbox.Sandbox, req agent.Re
 	out, err := q.w.cfg.Runner.Run(ctx, req, emit)
 	if err == nil && !out.HandedBack && out.SessionID != "" && store != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		_, serr := session.Save(cctx, store, sb, q.job.Tenant, q.job.ID, session.Checkpoint{
+		_, serr := session.SaveMax(cctx, store, sb, q.job.Tenant, q.job.ID, session.Checkpoint{
 			Job: q.job, JobSeq: q.jobSeq(), QueuedAt: q.queuedAt(), ClaudeSessionID: out.SessionID,
 			PromptApplied: true, Turn: 1,
-		})
+		}, q.w.cfg.Sessions.FilesLimit())
 		cancel()
 		switch {
 		case errors.Is(serr, session.ErrNoSessionFile):

@@ -50,6 +50,9 @@ type Config struct {
 	StderrTailBytes int
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
+	// MaxFilesBytes bounds a session's files in a checkpoint (SaveMax).
+	// Defaults to DefaultMaxFilesBytes.
+	MaxFilesBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -57,12 +60,16 @@ func (c Config) withDefaults() Config {
 	c.KillGrace = cmp.Or(c.KillGrace, 5*time.Second)
 	c.MaxLine = cmp.Or(c.MaxLine, protocol.DefaultMaxLine)
 	c.StderrTailBytes = cmp.Or(c.StderrTailBytes, 8<<10)
+	c.MaxFilesBytes = c.FilesLimit()
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
 	}
 	return c
 }
+
+// FilesLimit is MaxFilesBytes, defaulted.
+func (c Config) FilesLimit() int64 { return cmp.Or(c.MaxFilesBytes, DefaultMaxFilesBytes) }
 
 // Spec is one session's process.
 type Spec struct {
