@@ -45,7 +45,7 @@ func newDirPool(root string) (*dirPool, error) {
 		if err := removeAll(dir); err != nil {
 			return nil, err
 		}
-		if err := os.Mkdir(dir, 0o700); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
 	}
