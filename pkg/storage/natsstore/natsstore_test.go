@@ -135,7 +135,11 @@ func TestServerDownIsUnavailable(t *testing.T) {
 
 	natstest.Restart(t, srv)
 	require.Eventually(t, func() bool {
-		v, err := kv.Get(ctx, "k")
+		// Each try is bounded: a request sent as the connection comes
+		// back can go unanswered, and a Get without a deadline waits.
+		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer gcancel()
+		v, err := kv.Get(gctx, "k")
 		return err == nil && string(v) == "v"
 	}, 20*time.Second, 50*time.Millisecond, "the store works again once NATS is back")
 	v, err := obs.Get(ctx, "k")
