@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -24,6 +26,54 @@ type Reader struct {
 	nc    *nats.Conn
 	names protocol.Names
 	store storage.Store
+	mux   replyMux
+}
+
+// replyMux receives the replies of every batched direct get on one
+// wildcard inbox subscription, made on first use, instead of a
+// subscription per request: no SUB and UNSUB per transcript, and no
+// per-request channel sized for a slow consumer.
+type replyMux struct {
+	once   sync.Once
+	err    error
+	prefix string // "<inbox>."
+	next   atomic.Uint64
+	mu     sync.Mutex
+	waits  map[string]chan *nats.Msg
+}
+
+// open registers a reply subject whose messages go to a channel with room
+// for n of them (a batch and its end marker: the server sends no more).
+func (r *Reader) open(n int) (subject string, ch chan *nats.Msg, closeFn func(), err error) {
+	x := &r.mux
+	x.once.Do(func() {
+		x.prefix = r.nc.NewInbox() + "."
+		x.waits = map[string]chan *nats.Msg{}
+		_, x.err = r.nc.Subscribe(x.prefix+"*", func(m *nats.Msg) {
+			x.mu.Lock()
+			c := x.waits[m.Subject]
+			if c != nil {
+				select {
+				case c <- m:
+				default: // more than asked for: not a reply to a live request
+				}
+			}
+			x.mu.Unlock()
+		})
+	})
+	if x.err != nil {
+		return "", nil, nil, x.err
+	}
+	subject = x.prefix + strconv.FormatUint(x.next.Add(1), 36)
+	ch = make(chan *nats.Msg, n)
+	x.mu.Lock()
+	x.waits[subject] = ch
+	x.mu.Unlock()
+	return subject, ch, func() {
+		x.mu.Lock()
+		delete(x.waits, subject)
+		x.mu.Unlock()
+	}, nil
 }
 
 // NewReader returns a Reader.
@@ -42,10 +92,9 @@ func (r *Reader) Lines(ctx context.Context, tenant, id string) (lines []storage.
 	complete = true
 	var from uint64
 	for {
-		inbox := r.nc.NewInbox()
-		sub, err := r.nc.SubscribeSync(inbox)
+		inbox, replies, done, err := r.open(pageLines + 1)
 		if err != nil {
-			return nil, false, err
+			return nil, false, fmt.Errorf("archiver: reading %s: %w", subj, err)
 		}
 		req, _ := json.Marshal(struct {
 			Seq   uint64 `json:"seq,omitempty"`
@@ -53,15 +102,17 @@ func (r *Reader) Lines(ctx context.Context, tenant, id string) (lines []storage.
 			Batch int    `json:"batch"`
 		}{from, subj, pageLines})
 		more, last, err := func() (bool, uint64, error) {
-			defer func() { _ = sub.Unsubscribe() }()
+			defer done()
 			if err := r.nc.PublishRequest(api, inbox, req); err != nil {
 				return false, 0, err
 			}
 			var last uint64
 			for {
-				m, err := sub.NextMsgWithContext(ctx)
-				if err != nil {
-					return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, err)
+				var m *nats.Msg
+				select {
+				case m = <-replies:
+				case <-ctx.Done():
+					return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, ctx.Err())
 				}
 				switch st := m.Header.Get("Status"); st {
 				case "":
