@@ -175,16 +175,31 @@ func cpuTime(t testing.TB) time.Duration {
 }
 
 type dispatchResult struct {
-	fleetRate, baseRate   float64
-	fleetCPUms, baseCPUms float64 // in-process CPU per job
+	fleetRate, baseRate float64
+	cpu                 cpuSample // per process, over the run
+	harness             time.Duration
+	baseCPU             time.Duration // the baseline's spawning and reading
+	natsIn, natsOut     int64         // messages into and out of the server
+	jobs                int
+}
+
+func perJob(d time.Duration, jobs int) float64 {
+	return float64(d) / float64(time.Millisecond) / float64(jobs)
+}
+
+// fleetCPUms is the CPU the fleet spent per job: nats-server + dispatcher +
+// worker, each read from /proc; the harness that submits and watches is
+// not counted, and neither are the agents (children of the worker).
+func (r dispatchResult) fleetCPUms() float64 {
+	return perJob(r.cpu.nats+r.cpu.dispatcher+r.cpu.worker, r.jobs)
 }
 
 // dispatch measures jobs/s for d.jobs stand-in jobs on one worker with
 // d.slots slots, beside spawning and reaping the same stand-in with the same
-// prompt d.slots at a time; and the CPU per job this process spent on each
-// (for the fleet: nats-server, dispatcher, worker, harness; for the
-// baseline: the harness's own spawning and reading).
+// prompt d.slots at a time; and the CPU per job each process spent (the
+// fleet's three from /proc; the baseline's own spawning and reading).
 func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
+	r.jobs = d.jobs
 	cmd := fleettest.AgentCommand(t)
 	var next atomic.Int64
 	cpu0 := cpuTime(t)
@@ -209,21 +224,28 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	}
 	wg.Wait()
 	r.baseRate = float64(d.jobs) / time.Since(start).Seconds()
-	r.baseCPUms = float64(cpuTime(t)-cpu0) / float64(time.Millisecond) / float64(d.jobs)
+	r.baseCPU = cpuTime(t) - cpu0
 
-	f := fleettest.New(t, fleettest.Opts{})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: d.slots})
-	fleettest.WaitReady(t, w.W)
-	done, stop := terminalWatcher(t, f.NC, f.Names)
+	fp := startFleetProcs(t, d.slots)
+	done, stop := terminalWatcher(t, fp.nc, fp.names)
 	defer stop()
-	cpu0 = cpuTime(t)
+	tr := traceAll(t, fp.nc)
+	in0, out0 := fp.natsMsgs(t)
+	c0, h0 := fp.cpu(t), cpuTime(t)
 	start = time.Now()
+	waitProfiles := fp.profile(t, time.Duration(float64(d.jobs)/r.baseRate*float64(time.Second)))
 	for i := range d.jobs {
-		f.SubmitJSON("default", "d"+strconv.Itoa(i), d.prompt())
+		fp.submit(t, "default", "d"+strconv.Itoa(i), d.prompt())
 	}
 	waitTerminal(t, done, d.jobs, 10*time.Minute)
 	r.fleetRate = float64(d.jobs) / time.Since(start).Seconds()
-	r.fleetCPUms = float64(cpuTime(t)-cpu0) / float64(time.Millisecond) / float64(d.jobs)
+	c1, h1 := fp.cpu(t), cpuTime(t)
+	r.cpu = cpuSample{nats: c1.nats - c0.nats, dispatcher: c1.dispatcher - c0.dispatcher, worker: c1.worker - c0.worker}
+	r.harness = h1 - h0
+	in1, out1 := fp.natsMsgs(t)
+	tr()
+	r.natsIn, r.natsOut = in1-in0, out1-out0
+	waitProfiles()
 	return r
 }
 
@@ -280,7 +302,7 @@ func latency(t testing.TB, sz sizes) (p50, p99, lineP99 float64) {
 
 func build(t testing.TB, dir, pkg string) string {
 	t.Helper()
-	out := filepath.Join(dir, filepath.Base(pkg))
+	out := filepath.Join(dir, filepath.Base(strings.TrimSuffix(pkg, "/v2")))
 	c := exec.Command("go", "build", "-o", out, pkg)
 	c.Dir = "../.."
 	c.Stderr = os.Stderr
@@ -387,9 +409,14 @@ func BenchmarkFleet(b *testing.B) {
 		figure("dispatch_jobs_per_s", r.fleetRate, "jobs/s")
 		figure("dispatch_baseline_jobs_per_s", r.baseRate, "jobs/s")
 		figure("dispatch_ratio", r.fleetRate/r.baseRate, "ratio")
-		figure("fleet_cpu_ms_per_job", r.fleetCPUms, "ms")
-		figure("baseline_spawn_cpu_ms_per_job", r.baseCPUms, "ms")
-		figure("fleet_added_cpu_ms_per_job", r.fleetCPUms-r.baseCPUms, "ms")
+		figure("fleet_cpu_ms_per_job", r.fleetCPUms(), "ms")
+		figure("worker_cpu_ms_per_job", perJob(r.cpu.worker, r.jobs), "ms")
+		figure("dispatcher_cpu_ms_per_job", perJob(r.cpu.dispatcher, r.jobs), "ms")
+		figure("nats_cpu_ms_per_job", perJob(r.cpu.nats, r.jobs), "ms")
+		figure("baseline_spawn_cpu_ms_per_job", perJob(r.baseCPU, r.jobs), "ms")
+		figure("harness_cpu_ms_per_job", perJob(r.harness, r.jobs), "ms")
+		figure("nats_msgs_in_per_job", float64(r.natsIn)/float64(r.jobs), "msgs")
+		figure("nats_msgs_out_per_job", float64(r.natsOut)/float64(r.jobs), "msgs")
 		b.ReportMetric(r.fleetRate/r.baseRate, "dispatch_ratio")
 	})
 	b.Run("latency", func(b *testing.B) {
@@ -431,7 +458,7 @@ func TestBenchmarksRun(t *testing.T) {
 	r := dispatch(t, dispatchShape{jobs: tiny.dispatchJobs, slots: 4})
 	require.Positive(t, r.fleetRate)
 	require.Positive(t, r.baseRate)
-	require.Positive(t, r.fleetCPUms)
+	require.Positive(t, r.fleetCPUms())
 	r = dispatch(t, dispatchShape{jobs: 4, slots: 2, lines: 50})
 	require.Positive(t, r.fleetRate)
 	p50, p99, l99 := latency(t, tiny)

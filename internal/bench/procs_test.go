@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// fleetProcs is the fleet as it runs in production: a nats-server, a
+// dispatcher and a worker, each its own process built from this tree, so
+// each one's CPU can be read from /proc/<pid>/stat, apart from the
+// harness that submits jobs and watches their statuses.
+type fleetProcs struct {
+	nats, dispatcher, worker *exec.Cmd
+	nc                       *nats.Conn
+	js                       jetstream.JetStream
+	names                    protocol.Names
+	workerPprof, dispPprof   string
+	natsProfile              string
+	natsMonitor              string
+}
+
+type binaries struct{ nats, dispatcher, worker, agent string }
+
+// buildBins builds the four binaries into a directory of t (the build
+// cache makes the second build a link).
+func buildBins(t testing.TB) binaries {
+	dir := t.TempDir()
+	return binaries{
+		nats:       build(t, dir, "github.com/nats-io/nats-server/v2"),
+		dispatcher: build(t, dir, "./cmd/dispatcher"),
+		worker:     build(t, dir, "./cmd/worker"),
+		agent:      build(t, dir, "./cmd/fleet-standin-agent"),
+	}
+}
+
+func startProc(t testing.TB, name, log string, bin string, args ...string) *exec.Cmd {
+	c := exec.Command(bin, args...)
+	f, err := os.Create(log)
+	require.NoError(t, err)
+	c.Stdout, c.Stderr = f, f
+	c.Env = append(os.Environ(), "FLEET_LOG_LEVEL=warn", "FLEET_LOG_FORMAT=json")
+	require.NoError(t, c.Start(), name)
+	t.Cleanup(func() {
+		_ = c.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = c.Process.Kill()
+			<-done
+		}
+		_ = f.Close()
+	})
+	return c
+}
+
+func waitHTTP(t testing.TB, url, what string) {
+	fleettest.Eventually(t, time.Minute, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, what)
+}
+
+// startFleetProcs starts the three processes with slots worker slots and
+// waits until the worker is ready.
+func startFleetProcs(t testing.TB, slots int) *fleetProcs {
+	bins := buildBins(t)
+	dir := t.TempDir()
+	fp := &fleetProcs{names: protocol.NewNames("")}
+	natsAddr := freePort(t)
+	host, port, _ := strings.Cut(natsAddr, ":")
+	fp.natsMonitor = freePort(t)
+	_, mport, _ := strings.Cut(fp.natsMonitor, ":")
+	natsArgs := []string{"-a", host, "-p", port, "-m", mport, "-js", "-sd", filepath.Join(dir, "nats")}
+	if os.Getenv("BENCH_PROFILE_DIR") != "" {
+		fp.natsProfile = freePort(t)
+		_, pp, _ := strings.Cut(fp.natsProfile, ":")
+		natsArgs = append(natsArgs, "--profile", pp)
+	}
+	fp.nats = startProc(t, "nats-server", filepath.Join(dir, "nats.log"), bins.nats, natsArgs...)
+	url := "nats://" + natsAddr
+	fleettest.Eventually(t, time.Minute, func() bool {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return false
+		}
+		_, err = js.AccountInfo(context.Background())
+		return err == nil
+	}, "nats-server ready")
+
+	storage := "file://" + filepath.Join(dir, "data")
+	dispHTTP := freePort(t)
+	dargs := []string{"serve", "--nats-url", url, "--storage", storage, "--http", dispHTTP,
+		"--max-concurrency", strconv.Itoa(max(64, slots))}
+	if os.Getenv("BENCH_PROFILE_DIR") != "" {
+		fp.dispPprof = freePort(t)
+		dargs = append(dargs, "--pprof", fp.dispPprof)
+	}
+	fp.dispatcher = startProc(t, "dispatcher", filepath.Join(dir, "dispatcher.log"), bins.dispatcher, dargs...)
+	waitHTTP(t, "http://"+dispHTTP+"/readyz", "dispatcher ready")
+
+	workHTTP := freePort(t)
+	wargs := []string{"--nats-url", url, "--storage", storage,
+		"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
+		"--agent-cmd", bins.agent, "--slots", strconv.Itoa(slots), "--http", workHTTP}
+	if os.Getenv("BENCH_PROFILE_DIR") != "" {
+		fp.workerPprof = freePort(t)
+		wargs = append(wargs, "--pprof", fp.workerPprof)
+	}
+	fp.worker = startProc(t, "worker", filepath.Join(dir, "worker.log"), bins.worker, wargs...)
+	waitHTTP(t, "http://"+workHTTP+"/readyz", "worker ready")
+
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	fp.nc, fp.js = nc, js
+	return fp
+}
+
+// procCPU is a process's own user+system CPU (fields 14 and 15 of
+// /proc/<pid>/stat, in clock ticks of 10 ms; children are not counted).
+func procCPU(t testing.TB, pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	s := string(b)
+	// The command name (field 2) may hold spaces; fields after ')' are fixed.
+	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, err := strconv.ParseInt(rest[11], 10, 64)
+	require.NoError(t, err)
+	stime, err := strconv.ParseInt(rest[12], 10, 64)
+	require.NoError(t, err)
+	const tick = 10 * time.Millisecond // sysconf(_SC_CLK_TCK) is 100 on Linux
+	return time.Duration(utime+stime) * tick
+}
+
+type cpuSample struct{ nats, dispatcher, worker time.Duration }
+
+func (fp *fleetProcs) cpu(t testing.TB) cpuSample {
+	return cpuSample{
+		nats:       procCPU(t, fp.nats.Process.Pid),
+		dispatcher: procCPU(t, fp.dispatcher.Process.Pid),
+		worker:     procCPU(t, fp.worker.Process.Pid),
+	}
+}
+
+// submit publishes a job the way a producer does (JetStream publish with
+// Nats-Msg-Id).
+func (fp *fleetProcs) submit(t testing.TB, tenant, id, prompt string) {
+	b, err := json.Marshal(protocol.Job{ID: id, Prompt: prompt})
+	require.NoError(t, err)
+	m := nats.NewMsg(fp.names.JobSubject(tenant))
+	m.Data = b
+	m.Header.Set(protocol.HeaderMsgID, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = fp.js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+}
+
+// profile, when BENCH_PROFILE_DIR is set, takes CPU profiles of the three
+// processes for the given time (to see where a figure comes from); it
+// returns a function that waits for them.
+func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	secs := strconv.Itoa(max(1, int(d.Seconds())))
+	for name, addr := range map[string]string{"worker": fp.workerPprof, "dispatcher": fp.dispPprof, "nats": fp.natsProfile} {
+		wg.Go(func() {
+			resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=" + secs)
+			if err != nil {
+				t.Logf("profile %s: %v", name, err)
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(filepath.Join(dir, name+".prof"))
+			if err != nil {
+				t.Logf("profile %s: %v", name, err)
+				return
+			}
+			_, _ = io.Copy(f, resp.Body)
+			_ = f.Close()
+		})
+	}
+	return wg.Wait
+}
+
+// natsMsgs is the server's count of messages in and out so far (/varz).
+func (fp *fleetProcs) natsMsgs(t testing.TB) (in, out int64) {
+	resp, err := http.Get("http://" + fp.natsMonitor + "/varz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var v struct {
+		InMsgs  int64 `json:"in_msgs"`
+		OutMsgs int64 `json:"out_msgs"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	return v.InMsgs, v.OutMsgs
+}
