@@ -255,6 +255,29 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[i]) / float64(time.Millisecond)
 }
 
+// bareFirstLine is the baseline of first-line latency: spawning the same
+// stand-in with the same prompt and reading its first stdout line, n times
+// one after another; it returns p50 and p99 in ms.
+func bareFirstLine(t testing.TB, n int) (p50, p99 float64) {
+	cmd := fleettest.AgentCommand(t)
+	var first []time.Duration
+	for range n {
+		t0 := time.Now()
+		c := exec.Command(cmd[0], append(cmd[1:], "-p", "--output-format", "stream-json", "--verbose")...)
+		c.Stdin = strings.NewReader("hi")
+		out, err := c.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, c.Start())
+		br := bufio.NewReader(out)
+		_, err = br.ReadString('\n')
+		require.NoError(t, err)
+		first = append(first, time.Since(t0))
+		_, _ = io.Copy(io.Discard, br)
+		require.NoError(t, c.Wait())
+	}
+	return percentile(first, 0.50), percentile(first, 0.99)
+}
+
 // latency measures publish-to-first-line at a subscriber (idle worker) and
 // agent-write-to-subscriber for single lines.
 func latency(t testing.TB, sz sizes) (p50, p99, lineP99 float64) {
@@ -420,9 +443,13 @@ func BenchmarkFleet(b *testing.B) {
 		b.ReportMetric(r.fleetRate/r.baseRate, "dispatch_ratio")
 	})
 	b.Run("latency", func(b *testing.B) {
+		bare50, bare99 := bareFirstLine(b, full.firstLineJobs)
 		p50, p99, lineP99 := latency(b, full)
 		figure("first_line_p50_ms", p50, "ms")
 		figure("first_line_p99_ms", p99, "ms")
+		figure("first_line_bare_p50_ms", bare50, "ms")
+		figure("first_line_bare_p99_ms", bare99, "ms")
+		figure("first_line_p99_over_bare_ms", p99-bare99, "ms")
 		figure("line_p99_ms", lineP99, "ms")
 	})
 	b.Run("workspace", func(b *testing.B) {
@@ -461,6 +488,9 @@ func TestBenchmarksRun(t *testing.T) {
 	require.Positive(t, r.fleetCPUms())
 	r = dispatch(t, dispatchShape{jobs: 4, slots: 2, lines: 50})
 	require.Positive(t, r.fleetRate)
+	b50, b99 := bareFirstLine(t, tiny.firstLineJobs)
+	require.Positive(t, b50)
+	require.GreaterOrEqual(t, b99, b50)
 	p50, p99, l99 := latency(t, tiny)
 	require.Positive(t, p50)
 	require.GreaterOrEqual(t, p99, p50)
