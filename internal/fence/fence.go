@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,41 @@ func WrongLastSequence(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
+// LastMsgVia reads the last message on subject as LastMsg does; with
+// oneReplica set (the stream has a single replica, so its only server is
+// its leader) it uses a direct get instead: the same answer, without the
+// JSON API's encoding and decoding on either side.
+func LastMsgVia(ctx context.Context, nc *nats.Conn, stream, subject string, oneReplica bool) (*jetstream.RawStreamMsg, error) {
+	if !oneReplica {
+		return LastMsg(ctx, nc, stream, subject)
+	}
+	resp, err := nc.RequestWithContext(ctx, jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream+"."+subject, nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return LastMsg(ctx, nc, stream, subject) // the stream does not allow direct gets
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fence: last message on %s: %w", subject, err)
+	}
+	switch st := resp.Header.Get("Status"); st {
+	case "":
+	case "404":
+		return nil, jetstream.ErrMsgNotFound
+	default:
+		return nil, fmt.Errorf("fence: last message on %s: status %s %s", subject, st, resp.Header.Get("Description"))
+	}
+	seq, err := strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("fence: last message on %s: bad %s: %w", subject, jetstream.SequenceHeader, err)
+	}
+	msg := &jetstream.RawStreamMsg{Subject: resp.Header.Get(jetstream.SubjectHeader), Sequence: seq, Data: resp.Data, Header: resp.Header}
+	if ts := resp.Header.Get(jetstream.TimeStampHeaer); ts != "" {
+		if msg.Time, err = time.Parse(time.RFC3339Nano, ts); err != nil {
+			return nil, fmt.Errorf("fence: last message on %s: bad %s: %w", subject, jetstream.TimeStampHeaer, err)
+		}
+	}
+	return msg, nil
+}
+
 // LastMsg reads the last message on subject from the stream's leader
 // (STREAM.MSG.GET, not a direct get, which any replica may answer from a
 // state that lags). It returns jetstream.ErrMsgNotFound when there is none.
@@ -137,7 +173,12 @@ func LastMsg(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetst
 // LastStatus reads the last status event on subject (seq 0 and nil: none).
 // A message that does not decode counts as no event at that seq.
 func LastStatus(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, *protocol.StatusEvent, error) {
-	m, err := LastMsg(ctx, nc, stream, subject)
+	return LastStatusVia(ctx, nc, stream, subject, false)
+}
+
+// LastStatusVia is LastStatus, read as LastMsgVia reads.
+func LastStatusVia(ctx context.Context, nc *nats.Conn, stream, subject string, oneReplica bool) (uint64, *protocol.StatusEvent, error) {
+	m, err := LastMsgVia(ctx, nc, stream, subject, oneReplica)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil, nil
 	}
@@ -158,6 +199,9 @@ type Config struct {
 	NC *nats.Conn
 	// Stream is FLEET_QUERIES; Subject the query's .status subject. Required.
 	Stream, Subject string
+	// OneReplica says the stream has a single replica: the last status is
+	// then read with a direct get (see LastMsgVia).
+	OneReplica func() bool
 	// Owner is the attempt.
 	Owner Owner
 	// Timeout bounds each publish and read. Defaults to 5s.
@@ -309,7 +353,7 @@ func (w *Writer) readLast(ctx context.Context) (uint64, *protocol.StatusEvent, e
 	backoff := w.cfg.RetryMin
 	for try := 1; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
-		seq, ev, err := LastStatus(rctx, w.cfg.NC, w.cfg.Stream, w.cfg.Subject)
+		seq, ev, err := LastStatusVia(rctx, w.cfg.NC, w.cfg.Stream, w.cfg.Subject, w.cfg.OneReplica != nil && w.cfg.OneReplica())
 		cancel()
 		if err == nil {
 			return seq, ev, nil

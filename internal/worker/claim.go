@@ -50,8 +50,9 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 	defer func() { _ = waitCtl() }()
 	q.fw = fence.NewWriter(fence.Config{
 		JS: w.js, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryStatus(job.Tenant, job.ID),
-		Owner:   fence.Owner{JobSeq: q.jobSeq(), Attempt: q.attempt, Worker: w.cfg.ID},
-		Timeout: w.cfg.PublishTimeout,
+		OneReplica: w.oneReplica,
+		Owner:      fence.Owner{JobSeq: q.jobSeq(), Attempt: q.attempt, Worker: w.cfg.ID},
+		Timeout:    w.cfg.PublishTimeout,
 		OnRetry: func(op string, try int, err error) {
 			if try == 1 || try%20 == 0 {
 				q.log.Warn().Err(err).Int("try", try).Msg(op + " failed; retrying")
@@ -107,7 +108,7 @@ func (q *query) readBase(ctx context.Context) func() (uint64, error) {
 		backoff := 50 * time.Millisecond
 		for try := 1; ; try++ {
 			rctx, rcancel := context.WithTimeout(cctx, w.cfg.PublishTimeout)
-			m, err := fence.LastMsg(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID))
+			m, err := fence.LastMsgVia(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID), w.oneReplica())
 			rcancel()
 			switch {
 			case errors.Is(err, jetstream.ErrMsgNotFound):

@@ -279,6 +279,11 @@ type Worker struct {
 
 	mu      sync.Mutex
 	queries jetstream.Stream
+	// replicas is FLEET_QUERIES' replica count (0 until read), read again
+	// at most every replicasMaxAge (replicas.go).
+	replicas   atomic.Int32
+	replicasAt atomic.Int64
+	replicasIn atomic.Bool
 	// freed is signalled when a slot frees (the pull loop asks for more).
 	freed chan struct{}
 
