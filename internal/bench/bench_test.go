@@ -279,21 +279,19 @@ func bareFirstLine(t testing.TB, n int) (p50, p99 float64) {
 }
 
 // latency measures publish-to-first-line at a subscriber (idle worker) and
-// agent-write-to-subscriber for single lines.
+// agent-write-to-subscriber for single lines, on the fleet as processes.
 func latency(t testing.TB, sz sizes) (p50, p99, lineP99 float64) {
-	f := fleettest.New(t, fleettest.Opts{})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
-	fleettest.WaitReady(t, w.W)
-	done, stop := terminalWatcher(t, f.NC, f.Names)
+	f := startFleetProcs(t, 1)
+	done, stop := terminalWatcher(t, f.nc, f.names)
 	defer stop()
-	sub, err := f.NC.SubscribeSync(f.Names.Prefix() + ".query.default.*.msg")
+	sub, err := f.nc.SubscribeSync(f.names.Prefix() + ".query.default.*.msg")
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
 	var first []time.Duration
 	for i := range sz.firstLineJobs {
 		id := "fl" + strconv.Itoa(i)
 		t0 := time.Now()
-		f.SubmitJSON("default", id, "hi")
+		f.submit(t, "default", id, "hi")
 		for {
 			m, err := sub.NextMsg(time.Minute)
 			require.NoError(t, err)
@@ -307,10 +305,10 @@ func latency(t testing.TB, sz sizes) (p50, p99, lineP99 float64) {
 	p50, p99 = percentile(first, 0.50), percentile(first, 0.99)
 
 	stamp := regexp.MustCompile(` t=(\d+)`)
-	lsub, err := f.NC.SubscribeSync(f.Names.QueryMsg("default", "lat-1"))
+	lsub, err := f.nc.SubscribeSync(f.names.QueryMsg("default", "lat-1"))
 	require.NoError(t, err)
 	defer lsub.Unsubscribe()
-	f.SubmitJSON("default", "lat-1", fmt.Sprintf("/standin lines=%d delay=1ms stamp=1", sz.latencyLines))
+	f.submit(t, "default", "lat-1", fmt.Sprintf("/standin lines=%d delay=1ms stamp=1", sz.latencyLines))
 	var lines []time.Duration
 	for len(lines) < sz.latencyLines {
 		m, err := lsub.NextMsg(time.Minute)
