@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,8 @@ func startProc(t testing.TB, name, log string, bin string, args ...string) *exec
 	require.NoError(t, err)
 	c.Stdout, c.Stderr = f, f
 	c.Env = append(os.Environ(), "FLEET_LOG_LEVEL=warn", "FLEET_LOG_FORMAT=json")
+	// Killed with the benchmark, whatever ends it.
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, c.Start(), name)
 	t.Cleanup(func() {
 		_ = c.Process.Signal(os.Interrupt)
@@ -73,9 +76,12 @@ func startProc(t testing.TB, name, log string, bin string, args ...string) *exec
 	return c
 }
 
+// client bounds every request the harness makes.
+var client = &http.Client{Timeout: 5 * time.Second}
+
 func waitHTTP(t testing.TB, url, what string) {
 	fleettest.Eventually(t, time.Minute, func() bool {
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			return false
 		}
@@ -200,7 +206,7 @@ func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
 	secs := strconv.Itoa(max(1, int(d.Seconds())))
 	for name, addr := range map[string]string{"worker": fp.workerPprof, "dispatcher": fp.dispPprof, "nats": fp.natsProfile} {
 		wg.Go(func() {
-			resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=" + secs)
+			resp, err := (&http.Client{Timeout: d + time.Minute}).Get("http://" + addr + "/debug/pprof/profile?seconds=" + secs)
 			if err != nil {
 				t.Logf("profile %s: %v", name, err)
 				return
@@ -220,7 +226,7 @@ func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
 
 // natsMsgs is the server's count of messages in and out so far (/varz).
 func (fp *fleetProcs) natsMsgs(t testing.TB) (in, out int64) {
-	resp, err := http.Get("http://" + fp.natsMonitor + "/varz")
+	resp, err := client.Get("http://" + fp.natsMonitor + "/varz")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var v struct {
