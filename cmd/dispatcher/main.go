@@ -10,11 +10,13 @@ import (
 	"syscall"
 
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
+	"github.com/agentfleet/agentfleet/internal/gctune"
 )
 
 func main() {
 	stdio := fleetcli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		gctune.Apply()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		os.Exit(serve(ctx, stop, os.Args[2:], stdio))

@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/agentfleet/agentfleet/internal/gctune"
 )
 
 func main() {
+	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	code := run(ctx, stop, os.Args[1:])
