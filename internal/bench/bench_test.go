@@ -180,6 +180,7 @@ type dispatchResult struct {
 	harness             time.Duration
 	baseCPU             time.Duration // the baseline's spawning and reading
 	natsIn, natsOut     int64         // messages into and out of the server
+	natsSubs            int64         // subscriptions the server added
 	jobs                int
 }
 
@@ -231,6 +232,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	defer stop()
 	tr := traceAll(t, fp.nc)
 	in0, out0 := fp.natsMsgs(t)
+	subs0 := fp.natsSubInserts(t)
 	c0, h0 := fp.cpu(t), cpuTime(t)
 	start = time.Now()
 	waitProfiles := fp.profile(t, time.Duration(float64(d.jobs)/r.baseRate*float64(time.Second)))
@@ -245,6 +247,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	in1, out1 := fp.natsMsgs(t)
 	tr()
 	r.natsIn, r.natsOut = in1-in0, out1-out0
+	r.natsSubs = fp.natsSubInserts(t) - subs0
 	waitProfiles()
 	return r
 }
@@ -438,6 +441,7 @@ func BenchmarkFleet(b *testing.B) {
 		figure("harness_cpu_ms_per_job", perJob(r.harness, r.jobs), "ms")
 		figure("nats_msgs_in_per_job", float64(r.natsIn)/float64(r.jobs), "msgs")
 		figure("nats_msgs_out_per_job", float64(r.natsOut)/float64(r.jobs), "msgs")
+		figure("nats_subs_per_job", float64(r.natsSubs)/float64(r.jobs), "subs")
 		b.ReportMetric(r.fleetRate/r.baseRate, "dispatch_ratio")
 	})
 	b.Run("latency", func(b *testing.B) {

@@ -236,3 +236,16 @@ func (fp *fleetProcs) natsMsgs(t testing.TB) (in, out int64) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
 	return v.InMsgs, v.OutMsgs
 }
+
+// natsSubInserts is how many subscriptions the server has added so far
+// (/subsz): per job, it shows SUB/UNSUB churn.
+func (fp *fleetProcs) natsSubInserts(t testing.TB) int64 {
+	resp, err := client.Get("http://" + fp.natsMonitor + "/subsz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var v struct {
+		Inserts int64 `json:"num_inserts"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	return v.Inserts
+}
