@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,29 +136,30 @@ func (p *dirPool) emptyTrash() {
 // pristine reports whether dir holds exactly the four sandbox directories,
 // empty, each a real directory of mode 0700.
 func pristine(dir string) bool {
-	want := map[string][]string{
-		".":            {localWorkDir, localHomeDir, localTmpDir},
-		localHomeDir:   {filepath.Base(localClaudeDir)},
-		localWorkDir:   nil,
-		localTmpDir:    nil,
-		localClaudeDir: nil,
+	// Most likely touched first (an agent's session files, then its work),
+	// so a used sandbox is told apart in one or two reads.
+	want := []struct {
+		rel      string
+		children []string
+	}{
+		{localClaudeDir, nil},
+		{localWorkDir, nil},
+		{localTmpDir, nil},
+		{localHomeDir, []string{filepath.Base(localClaudeDir)}},
+		{".", []string{localWorkDir, localHomeDir, localTmpDir}},
 	}
-	for rel, children := range want {
-		path := filepath.Join(dir, rel)
+	for _, w := range want {
+		path := filepath.Join(dir, w.rel)
 		fi, err := os.Lstat(path)
 		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 			return false
 		}
 		names, err := readNames(path)
-		if err != nil || len(names) != len(children) {
+		if err != nil || len(names) != len(w.children) {
 			return false
 		}
 		for _, n := range names {
-			found := false
-			for _, c := range children {
-				found = found || n == c
-			}
-			if !found {
+			if !slices.Contains(w.children, n) {
 				return false
 			}
 		}
