@@ -22,8 +22,9 @@ import (
 )
 
 // SpendConsumer is the durable consumer (on FLEET_QUERIES, status events)
-// that adds results' total_cost_usd to the tenants' spend; all dispatchers
-// share it.
+// with which earlier versions added results' total_cost_usd to the
+// tenants' spend; Start removes it. Spend now comes from the dispatcher's
+// status index (RecordSpend), which reads the same events anyway.
 const SpendConsumer = "dispatcher-spend"
 
 const leaderKey = "leader"
@@ -121,7 +122,7 @@ type Admitter struct {
 	cancel   context.CancelCauseFunc
 	wg       sync.WaitGroup
 	stopped  chan struct{}
-	spendCC  jetstream.ConsumeContext
+	spendKV  atomic.Pointer[jetstream.KeyValue] // a.state once Start made it, for RecordSpend
 	watchers []jetstream.KeyWatcher
 	pauseQ   chan pauseReq
 }
@@ -213,22 +214,12 @@ func (a *Admitter) Start(ctx context.Context) error {
 		a.wg.Add(1)
 		go a.watch(kv.Bucket(), w)
 	}
-	spend, err := a.cfg.JS.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
-		Durable:       SpendConsumer,
-		Description:   "agentfleet admission: results' cost per tenant",
-		FilterSubject: n.StatusWildcard(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       30 * time.Second,
-	})
-	if err != nil {
-		cancel(err)
-		return fmt.Errorf("admission: spend consumer: %w", err)
+	// Spend is recorded from the dispatcher's status index (RecordSpend);
+	// the durable consumer earlier versions read it with goes.
+	if err := a.cfg.JS.DeleteConsumer(ctx, n.QueriesStream(), SpendConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		a.log.Warn().Err(err).Str("consumer", SpendConsumer).Msg("removing the consumer earlier versions read spend with")
 	}
-	if a.spendCC, err = spend.Consume(a.recordSpend, jetstream.PullMaxMessages(64)); err != nil {
-		cancel(err)
-		return fmt.Errorf("admission: spend consumer: %w", err)
-	}
+	a.spendKV.Store(&a.state)
 	a.wg.Add(2)
 	go a.campaign(life)
 	go a.pauser(life)
@@ -238,8 +229,8 @@ func (a *Admitter) Start(ctx context.Context) error {
 
 // Stop ends admitting (handing the lease back at once, so another
 // dispatcher takes over without waiting for it to expire) and waits for
-// every goroutine, limited by ctx. Shutdown order: the spend consumer and
-// the watchers (senders) first, then the campaign and pauser goroutines.
+// every goroutine, limited by ctx. Shutdown order: the watchers (senders)
+// first, then the campaign and pauser goroutines.
 func (a *Admitter) Stop(ctx context.Context) error {
 	a.startMu.Lock()
 	if a.stopping {
@@ -258,7 +249,6 @@ func (a *Admitter) Stop(ctx context.Context) error {
 		close(a.stopped)
 		return nil
 	}
-	a.spendCC.Drain()
 	for _, w := range a.watchers {
 		_ = w.Stop()
 	}
@@ -267,11 +257,6 @@ func (a *Admitter) Stop(ctx context.Context) error {
 	go func() { a.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-a.spendCC.Closed():
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -370,31 +355,49 @@ func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
 	return Tenant{Name: t, Settings: s, Running: running, Spent: spent, PausedUntil: a.pauses[t]}
 }
 
-// recordSpend adds a terminal result's total_cost_usd to its tenant's
-// spend in the current window.
-func (a *Admitter) recordSpend(m jetstream.Msg) {
-	var ev protocol.StatusEvent
-	if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidTenant(ev.Tenant) {
-		_ = m.Term()
-		return
+// RecordSpend adds the total_cost_usd of the terminal results among evs to
+// their tenants' spend in the window each falls in: one compare-and-set
+// per tenant and window for the whole batch. The dispatcher's status index
+// calls it with each batch of status events it has stored. done[i] says
+// whether evs[i] is dealt with (counted, or nothing to count); one that is
+// not (Start has not made the bucket yet, or the write failed) should be
+// delivered again. A write whose reply was lost is counted again on that
+// redelivery, which errs toward stopping early.
+func (a *Admitter) RecordSpend(ctx context.Context, evs []protocol.StatusEvent) (done []bool) {
+	done = make([]bool, len(evs))
+	type window struct {
+		tenant string
+		start  time.Time
 	}
-	if !ev.State.Terminal() || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) {
-		_ = m.Ack()
-		return
-	}
+	sums := map[window]float64{}
+	members := map[window][]int{}
 	now := a.cfg.Now()
-	a.mu.Lock()
-	eff := a.cfg.Policy.Effective(a.settings[ev.Tenant])
-	a.mu.Unlock()
-	window := time.Duration(cmp.Or(eff.BudgetWindow, Duration(24*time.Hour)))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := addSpend(ctx, a.state, ev.Tenant, WindowStart(now, window), ev.Result.TotalCostUSD); err != nil {
-		a.log.Warn().Err(err).Str("tenant", ev.Tenant).Msg("recording spend failed; will retry")
-		_ = m.NakWithDelay(time.Second)
-		return
+	for i, ev := range evs {
+		if !ev.State.Terminal() || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) || !protocol.ValidTenant(ev.Tenant) {
+			done[i] = true
+			continue
+		}
+		a.mu.Lock()
+		eff := a.cfg.Policy.Effective(a.settings[ev.Tenant])
+		a.mu.Unlock()
+		w := window{ev.Tenant, WindowStart(now, time.Duration(cmp.Or(eff.BudgetWindow, Duration(24*time.Hour))))}
+		sums[w] += ev.Result.TotalCostUSD
+		members[w] = append(members[w], i)
 	}
-	_ = m.Ack()
+	kv := a.spendKV.Load()
+	if kv == nil {
+		return done // not started: the costs wait for their redelivery
+	}
+	for w, usd := range sums {
+		if err := addSpend(ctx, *kv, w.tenant, w.start, usd); err != nil {
+			a.log.Warn().Err(err).Str("tenant", w.tenant).Msg("recording spend failed; will retry")
+			continue
+		}
+		for _, i := range members[w] {
+			done[i] = true
+		}
+	}
+	return done
 }
 
 // pauser stores rate-limit pauses found in relayed lines, off the

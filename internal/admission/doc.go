@@ -54,12 +54,15 @@
 //
 // # Budgets and rate limits
 //
-// Every dispatcher consumes the status events (durable consumer
-// dispatcher-spend, new events only) and adds each terminal result's
+// The dispatcher's status index, which reads every status event anyway,
+// hands each batch to RecordSpend once it has stored it (earlier versions
+// read the events a second time with a durable consumer, dispatcher-spend,
+// which Start now removes). RecordSpend adds the batch's terminal results'
 // total_cost_usd to spend.<tenant>.<window> in the KV bucket
-// FLEET_ADMISSION with compare-and-set. Windows are aligned to multiples of
-// budget_window since the Unix epoch. A redelivered event is counted again
-// (at-least-once), which errs toward stopping early.
+// FLEET_ADMISSION, one compare-and-set per tenant and window. Windows are
+// aligned to multiples of budget_window since the Unix epoch. An event
+// whose write failed is delivered again; a write whose reply was lost is
+// counted again then (at-least-once), which errs toward stopping early.
 //
 // The leader reads the relayed agent lines (core subscription on
 // <prefix>.query.*.*.msg, filtered by a byte search before any decoding).

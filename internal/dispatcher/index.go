@@ -68,16 +68,53 @@ func (s *Service) indexBatch(batch []jetstream.Msg) {
 	// One batch write (storage.PutStatuses: the newest event per query,
 	// one filesystem sync on FS) for every event of the batch.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	err := storage.PutStatuses(ctx, s.cfg.Status, evs)
-	cancel()
-	for _, m := range msgs {
-		if err != nil {
-			_ = m.NakWithDelay(2 * time.Second)
-		} else {
-			_ = m.Ack()
-		}
-	}
 	if err != nil {
 		s.log.Warn().Err(err).Int("events", len(evs)).Msg("indexing status failed; will retry")
+		for _, m := range msgs {
+			_ = m.NakWithDelay(2 * time.Second)
+		}
+		return
+	}
+	// The other readers of status events read them here, so the server
+	// delivers each event to the dispatcher once (not once per reader):
+	// a parked session with input waiting is resumed, and results' cost
+	// goes to their tenants' spend (admission budgets). Both are
+	// idempotent or counted once per delivery; an event one of them could
+	// not handle is delivered again.
+	done := make([]bool, len(evs))
+	for i := range done {
+		done[i] = true
+	}
+	for i, ev := range evs {
+		if ev.State != protocol.StateParked {
+			continue
+		}
+		if rerr := s.resumeIfParked(ctx, ev.Tenant, ev.ID); rerr != nil {
+			s.log.Warn().Err(rerr).Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("resuming a parked session; will retry")
+			done[i] = false
+		}
+	}
+	s.mu.Lock()
+	adm := s.admitter
+	s.mu.Unlock()
+	if adm != nil {
+		for i, ok := range adm.RecordSpend(ctx, evs) {
+			done[i] = done[i] && ok
+		}
+	} else {
+		for i, ev := range evs {
+			if ev.State.Terminal() && ev.Result != nil && ev.Result.TotalCostUSD > 0 {
+				done[i] = false // no admitter yet (or any more): count it on redelivery
+			}
+		}
+	}
+	for i, m := range msgs {
+		if done[i] {
+			_ = m.Ack()
+		} else {
+			_ = m.NakWithDelay(2 * time.Second)
+		}
 	}
 }

@@ -2,11 +2,12 @@ package dispatcher
 
 // Sessions (SPEC 9): the session ops as API requests (<prefix>.api.input,
 // .interrupt, .approve, .end), and resuming parked sessions. A durable
-// consumer reads every .ctl op and status event of FLEET_QUERIES: an input
-// (or end) for a parked session, or a parked status with ops stored after
-// the last one the session read, enqueues a continuation job through
-// FLEET_JOBS, so concurrency and admission apply. Both paths give the
-// continuation the same Nats-Msg-Id, so it is enqueued once.
+// consumer reads every .ctl op of FLEET_QUERIES, and the status index
+// (index.go) sees every status event: an input (or end) for a parked
+// session, or a parked status with ops stored after the last one the
+// session read, enqueues a continuation job through FLEET_JOBS, so
+// concurrency and admission apply. Both paths give the continuation the
+// same Nats-Msg-Id, so it is enqueued once.
 
 import (
 	"context"
@@ -44,12 +45,12 @@ func (s *Service) startSessions(ctx context.Context) error {
 		}
 	}
 	c, err := s.js.CreateOrUpdateConsumer(ctx, s.names.QueriesStream(), jetstream.ConsumerConfig{
-		Durable:        SessionsConsumer,
-		FilterSubjects: []string{s.names.CtlWildcard(), s.names.StatusWildcard()},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  256,
+		Durable:       SessionsConsumer,
+		FilterSubject: s.names.CtlWildcard(), // parked statuses come from the index (index.go)
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 256,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: sessions consumer: %w", err)
