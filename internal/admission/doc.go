@@ -32,6 +32,11 @@
 // dedupe window, default 2m, far longer than a takeover), then deletes the
 // original. So a job is admitted once and never lost.
 //
+// The admitter reads each job it moves with a direct get (FLEET_JOBS
+// allows them): on a replicated stream a replica may answer from a state
+// that lags, which can only delay a job (not there yet) or return one
+// already moved, whose copy the same dedupe drops.
+//
 // # Leadership
 //
 // Every dispatcher runs an Admitter; one admits. The lease is the key

@@ -101,6 +101,11 @@ func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			Discard:     jetstream.DiscardNew,
 			Duplicates:  cfg.DedupeWindow,
 			MaxMsgSize:  1 << 20,
+			// The admitter reads each queued job before it moves it: a
+			// direct get answers in binary, without the JSON API's
+			// encoding (a lagging replica's answer is safe there: a job
+			// copied twice has the same Nats-Msg-Id; internal/admission).
+			AllowDirect: true,
 		},
 		{
 			Name:        n.QueriesStream(),
