@@ -241,6 +241,7 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			}
 		}
 	}
+	s.readyAt = time.Now()
 	root, err := os.OpenRoot(s.work)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: create %s: open workspace: %w", spec.ID, err)
@@ -266,6 +267,7 @@ type localSandbox struct {
 	id                              string
 	dir, work, home, claudeDir, tmp string
 	log                             zerolog.Logger
+	readyAt                         time.Time // when the tree was ready, for the pool
 
 	fileMu sync.RWMutex // held for reading by file operations, for writing to close root
 	root   *os.Root     // the workspace; nil once destroyed
@@ -746,7 +748,7 @@ func (s *localSandbox) destroy(ctx context.Context, procs []*localProcess) error
 	s.fileMu.Unlock()
 	// Every process is gone: the tree is recycled when nothing was
 	// written to it, else removed with the next batch (localpool.go).
-	if err := s.l.pool.put(s.dir); err != nil {
+	if err := s.l.pool.put(s.dir, s.readyAt); err != nil {
 		if err := removeAll(s.dir); err != nil {
 			return fmt.Errorf("sandbox: destroy %s: %w", s.id, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The local provider's directory pool. A sandbox directory holds four
@@ -72,14 +73,14 @@ func (p *dirPool) take(dir string) bool {
 }
 
 // put recycles the tree at dir when it is pristine, else moves it to the
-// trash and, unless another call is at it, empties the trash. It
-// returns an error only when dir could not be moved at all (the caller
-// removes it then).
-func (p *dirPool) put(dir string) error {
+// trash and, unless another call is at it, empties the trash. readyAt is
+// when the tree was handed out (zero: unknown). It returns an error only
+// when dir could not be moved at all (the caller removes it then).
+func (p *dirPool) put(dir string, readyAt time.Time) error {
 	p.mu.Lock()
 	room := len(p.free) < poolMax
 	p.mu.Unlock()
-	if room && pristine(dir) {
+	if room && !touchedSince(dir, readyAt) && pristine(dir) {
 		dst := filepath.Join(p.root, poolDir, strconv.FormatUint(p.seq.Add(1), 10))
 		if err := os.Rename(dir, dst); err == nil {
 			p.mu.Lock()
@@ -105,7 +106,7 @@ func (p *dirPool) put(dir string) error {
 
 // discard moves one tree to the trash (or removes it when it cannot).
 func (p *dirPool) discard(dir string) {
-	if err := p.put(dir); err != nil {
+	if err := p.put(dir, time.Time{}); err != nil {
 		_ = removeAll(dir)
 	}
 }
@@ -131,6 +132,21 @@ func (p *dirPool) emptyTrash() {
 			_ = removeAll(filepath.Join(dir, n))
 		}
 	}
+}
+
+// touchedSince reports whether the agent's config directory (where Claude
+// Code always writes its session) was modified at or after t, from its
+// mtime alone: one lstat, where pristine reads the directories. It never
+// reports an untouched tree as touched: file times come from the kernel's
+// coarse clock, which is never ahead of time.Now, so an mtime at or after t
+// was set after t. A change it misses (within a clock tick of t) is found
+// by pristine.
+func touchedSince(dir string, t time.Time) bool {
+	if t.IsZero() {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(dir, localClaudeDir))
+	return err == nil && !fi.ModTime().Before(t)
 }
 
 // pristine reports whether dir holds exactly the four sandbox directories,
