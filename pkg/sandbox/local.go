@@ -235,9 +235,17 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		log:       l.log.With().Str("sandbox", spec.ID).Logger(),
 	}
 	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) || !l.pool.take(dir) {
-		for _, d := range []string{dir, s.work, s.home, s.claudeDir, s.tmp} {
-			if err := os.MkdirAll(d, 0o700); err != nil {
-				return nil, fmt.Errorf("sandbox: create %s: %w", spec.ID, err)
+		// Five mkdirs, parents first; MkdirAll (a stat and a mkdir per
+		// level) only when one fails, e.g. the ID's tree is already there.
+		tree := []string{dir, s.work, s.home, s.claudeDir, s.tmp}
+		for _, d := range tree {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				for _, d := range tree {
+					if err := os.MkdirAll(d, 0o700); err != nil {
+						return nil, fmt.Errorf("sandbox: create %s: %w", spec.ID, err)
+					}
+				}
+				break
 			}
 		}
 	}
