@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,21 +140,33 @@ type jobMsg struct {
 	m    *nats.Msg
 	nc   *nats.Conn
 	ackd atomic.Bool
+	// md is the metadata parsed from the reply subject, once: a run asks
+	// for it several times (sequences, delivery count, timestamp).
+	mdOnce sync.Once
+	md     jetstream.MsgMetadata
+	mdErr  error
 }
 
 var _ jetstream.Msg = (*jobMsg)(nil)
 
 func (j *jobMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	md, err := j.m.Metadata()
-	if err != nil {
-		return nil, err
+	j.mdOnce.Do(func() {
+		md, err := j.m.Metadata()
+		if err != nil {
+			j.mdErr = err
+			return
+		}
+		j.md = jetstream.MsgMetadata{
+			NumDelivered: md.NumDelivered, NumPending: md.NumPending, Timestamp: md.Timestamp,
+			Stream: md.Stream, Consumer: md.Consumer, Domain: md.Domain,
+		}
+		j.md.Sequence.Stream, j.md.Sequence.Consumer = md.Sequence.Stream, md.Sequence.Consumer
+	})
+	if j.mdErr != nil {
+		return nil, j.mdErr
 	}
-	out := &jetstream.MsgMetadata{
-		NumDelivered: md.NumDelivered, NumPending: md.NumPending, Timestamp: md.Timestamp,
-		Stream: md.Stream, Consumer: md.Consumer, Domain: md.Domain,
-	}
-	out.Sequence.Stream, out.Sequence.Consumer = md.Sequence.Stream, md.Sequence.Consumer
-	return out, nil
+	out := j.md // a copy: callers may keep or change theirs
+	return &out, nil
 }
 
 func (j *jobMsg) Data() []byte         { return j.m.Data }
