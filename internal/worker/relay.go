@@ -37,11 +37,13 @@ type journalLog interface {
 var noRetry = jetstream.WithRetryAttempts(0)
 
 // relay turns agent lines into ordered NATS messages. Every line is first
-// appended to the journal (local, durable), then queued for a publisher
-// goroutine that publishes asynchronously, up to window lines in flight.
-// The queue is bounded by bytes (QueueBytes): only when NATS falls that far
-// behind does the agent's pipe wait; the journal holds every line
-// regardless.
+// appended to the journal, then queued for a publisher goroutine that
+// publishes asynchronously, up to window lines in flight. The lines not yet
+// stored (queued or in flight) are bounded by bytes (QueueBytes, below the
+// journal's SpillBytes): beyond it the agent's pipe waits. So an agent
+// writing faster than the stream stores is slowed to the stream's pace
+// instead of spilling the journal to disk, while lines NATS does not
+// acknowledge within the journal's SpillAfter (NATS away) still spill.
 //
 // Each line carries the attempt's fence (see package fence): it is stored
 // only while the query's last status is this attempt's own. When a publish
@@ -77,8 +79,8 @@ type relay struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
 	queue     []outMsg
-	queued    int // bytes in queue
-	maxQueued int
+	held      int // bytes of the lines emitted and not yet known stored
+	maxQueued int // bound on held
 	closed    bool
 	stopped   bool // run has returned: emit no longer waits for room
 	fenced    bool
@@ -158,7 +160,7 @@ func (r *relay) emit(line []byte) error {
 	r.metrics.linesRelayed.Inc()
 	r.metrics.bytesRelayed.Add(float64(len(line)))
 	r.mu.Lock()
-	for r.queued+len(data) > r.maxQueued && len(r.queue) > 0 && !r.closed && !r.fenced && !r.stopped {
+	for r.held+len(data) > r.maxQueued && r.held > 0 && !r.closed && !r.fenced && !r.stopped {
 		r.cond.Wait()
 	}
 	if r.fenced {
@@ -166,9 +168,12 @@ func (r *relay) emit(line []byte) error {
 		return errFenced
 	}
 	r.queue = append(r.queue, outMsg{seq: seq, data: data})
-	r.queued += len(data)
+	r.held += len(data)
+	wake := len(r.queue) == 1 // the publisher may be waiting for lines
 	r.mu.Unlock()
-	r.cond.Broadcast()
+	if wake {
+		r.cond.Broadcast()
+	}
 	return nil
 }
 
@@ -205,8 +210,6 @@ func (r *relay) take(ctx context.Context) []outMsg {
 	}
 	batch := r.queue
 	r.queue = nil
-	r.queued = 0
-	r.cond.Broadcast()
 	return batch
 }
 
@@ -243,8 +246,16 @@ func (r *relay) run(ctx context.Context) {
 		inflight []flight // sent, not resolved, in order
 	)
 	// resolve collects finished publishes from the oldest on; with block
-	// it waits for the oldest first. It returns the first error met.
+	// it waits for the oldest first. It returns the first error met. What
+	// it collects is marked stored (and acked to the journal) once.
 	resolve := func(block bool) error {
+		var last uint64
+		freed := 0
+		defer func() {
+			if last > 0 {
+				r.setStoredFreed(last, freed)
+			}
+		}()
 		for len(inflight) > 0 {
 			p := inflight[0]
 			var err error
@@ -267,7 +278,7 @@ func (r *relay) run(ctx context.Context) {
 				inflight[0].failed = true
 				return err
 			}
-			r.setStored(p.m.seq)
+			last, freed = p.m.seq, freed+len(p.m.data)
 			inflight = inflight[1:]
 			block = false
 		}
@@ -387,16 +398,22 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	r.setStored(last)
 	stored := r.storedSeq()
 	rest := make([]outMsg, 0, len(inflight)+len(pending))
+	freed := 0
 	for _, p := range inflight {
 		if p.m.seq > stored {
 			rest = append(rest, p.m)
+		} else {
+			freed += len(p.m.data)
 		}
 	}
 	for _, m := range pending {
 		if m.seq > stored {
 			rest = append(rest, m)
+		} else {
+			freed += len(m.data)
 		}
 	}
+	r.setStoredFreed(stored, freed)
 	return rest, nil
 }
 
@@ -453,6 +470,19 @@ func (r *relay) setStored(seq uint64) {
 	r.stored = max(r.stored, seq)
 	r.mu.Unlock()
 	r.journal.Ack(seq)
+}
+
+// setStoredFreed marks every line up to seq stored and releases freed
+// bytes of the bound on held lines, waking an emit waiting for room.
+func (r *relay) setStoredFreed(seq uint64, freed int) {
+	r.mu.Lock()
+	r.stored = max(r.stored, seq)
+	r.held -= freed
+	r.mu.Unlock()
+	r.journal.Ack(seq)
+	if freed > 0 {
+		r.cond.Broadcast()
+	}
 }
 
 func (r *relay) storedSeq() uint64 {

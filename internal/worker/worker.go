@@ -164,7 +164,12 @@ type Config struct {
 	// PublishWindow is how many async publishes a run keeps in flight.
 	// Defaults to 256.
 	PublishWindow int
-	// QueueBytes bounds each run's relay queue. Defaults to 64 MiB.
+	// QueueBytes bounds the bytes of each run's lines not yet stored in
+	// the stream (queued or in flight); beyond it the agent's pipe waits.
+	// Defaults to half the journal's default SpillBytes (2 MiB), so an
+	// agent that writes faster than the stream stores is slowed to the
+	// stream's pace rather than spilling its journal to disk; keep it
+	// below the journal's SpillBytes.
 	QueueBytes int
 	// PublishTimeout bounds each publish's wait for its PubAck (async
 	// publishes fail with jetstream.ErrAsyncPublishTimeout after it), each
@@ -221,7 +226,7 @@ func (c Config) withDefaults() Config {
 	c.DefaultSandbox = cmp.Or(c.DefaultSandbox, protocol.SandboxLocal)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 	c.PublishWindow = cmp.Or(c.PublishWindow, 256)
-	c.QueueBytes = cmp.Or(c.QueueBytes, 64<<20)
+	c.QueueBytes = cmp.Or(c.QueueBytes, journal.DefaultSpillBytes/2)
 	c.ConsumerRetry = cmp.Or(c.ConsumerRetry, time.Second)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, 30*time.Second)

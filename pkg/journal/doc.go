@@ -57,7 +57,9 @@
 // as a pointer and must reach storage whole (storage.LineKey); a spilled
 // log never skips such a line. (Append never calls LargeLineBytesFunc,
 // which may wait for a reconnecting NATS connection.) Memory is bounded by the worker's relay, which holds the same
-// unacknowledged lines (QueueBytes) and makes the agent wait beyond it.
+// unacknowledged lines (QueueBytes, queued or in flight, kept below
+// SpillBytes) and makes the agent wait beyond it: an agent writing faster
+// than a healthy stream stores is paced, not spilled.
 //
 // Backlog counts spilled lines not yet in storage; lines held in memory
 // are not counted.
