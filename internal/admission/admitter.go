@@ -420,12 +420,13 @@ func (a *Admitter) pauser(ctx context.Context) {
 	}
 }
 
-// onLine looks at one relayed agent line for a rejected rate limit.
+// onLine looks at one agent line a worker forwarded (protocol.RateLimitSubject)
+// for a rejected rate limit.
 func (a *Admitter) onLine(m *nats.Msg) {
-	if !bytes.Contains(m.Data, []byte("rate_limit")) && !bytes.Contains(m.Data, []byte("429")) {
+	if !protocol.MayReportRateLimit(m.Data) {
 		return
 	}
-	tenant, _, _, ok := a.names.ParseQuerySubject(m.Subject)
+	tenant, ok := a.names.ParseRateLimitSubject(m.Subject)
 	if !ok {
 		return
 	}
@@ -548,7 +549,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 				a.poke()
 			}
 		},
-		n.MsgWildcard(): a.onLine,
+		n.RateLimitWildcard(): a.onLine,
 	} {
 		s, err := a.cfg.NC.Subscribe(subj, h)
 		if err != nil {

@@ -69,13 +69,18 @@
 // whose write failed is delivered again; a write whose reply was lost is
 // counted again then (at-least-once), which errs toward stopping early.
 //
-// The leader reads the relayed agent lines (core subscription on
-// <prefix>.query.*.*.msg, filtered by a byte search before any decoding).
+// The leader does not read every agent line: a worker forwards only the
+// lines that may report a rate limit (protocol.MayReportRateLimit, a byte
+// search for "rate_limit" or "429") as core messages on
+// <prefix>.ratelimit.<tenant>, and the leader subscribes there. (Earlier
+// versions subscribed to <prefix>.query.*.*.msg, so the leader received
+// the whole fleet's output; a worker older than this forwards nothing,
+// and its agents' rate limits pause no tenant until it is upgraded.)
 // A rate_limit_event with rate_limit_info.status "rejected" pauses its
 // tenant until resetsAt; a result with api_error_status 429 or an assistant
 // error "rate_limit" pauses it for RateLimitPause. Pauses are stored as
 // pause.<tenant> in FLEET_ADMISSION, so a new leader keeps them. A line
-// relayed while no dispatcher leads is not seen.
+// forwarded while no dispatcher leads is not seen.
 //
 // # Why a job waits
 //

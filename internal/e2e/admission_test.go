@@ -306,7 +306,8 @@ func waitSpend(t *testing.T, f *fleettest.Fleet, tenant string, now time.Time, w
 	}, "the spend recorded")
 }
 
-// A rejected rate_limit_event pauses its tenant until the reset time.
+// A rejected rate_limit_event pauses its tenant until the reset time; the
+// admitter learns it from the worker, not from every query line.
 func TestAdmissionRateLimitPause(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{}
@@ -322,6 +323,16 @@ func TestAdmissionRateLimitPause(t *testing.T) {
 	kv, err := f.JS.KeyValue(ctx, f.Names.AdmissionBucket())
 	require.NoError(t, err)
 	fleettest.Eventually(t, wait, func() bool { _, err := kv.Get(ctx, "pause.limited"); return err == nil }, "the pause recorded")
+	// The worker forwarded the line on fleet.ratelimit.limited: the
+	// admitter does not listen to every query's lines (it used to, so the
+	// leading dispatcher received the whole fleet's output).
+	require.True(t, f.Disp.Admitting())
+	require.Positive(t, f.Srv.GlobalAccount().Interest(f.Names.RateLimitSubject("limited")), "the admitter listens for forwarded rate limits")
+	// Only FLEET_QUERIES itself takes r1's lines, as it takes its
+	// artifacts, which nobody here subscribes to.
+	acc := f.Srv.GlobalAccount()
+	require.Equal(t, acc.Interest(f.Names.QueryArtifact("limited", "r1")), acc.Interest(f.Names.QueryMsg("limited", "r1")),
+		"a core subscriber of every query line")
 	f.SubmitJSON("limited", "r2", "/standin")
 	log.waitFor(t, "r2 queued as rate limited", func(ev protocol.StatusEvent) bool {
 		return ev.ID == "r2" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonRateLimited

@@ -253,9 +253,15 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		rel.start(ctx)
 		return nil
 	}
+	rateLimits := w.names.RateLimitSubject(job.Tenant)
 	emit := func(l agent.Line) error {
 		if err := startRelay(); err != nil {
 			return err
+		}
+		if protocol.MayReportRateLimit(l.Raw) {
+			// The admitter reads rate limits here, not from every line
+			// (package admission); best effort, like its pause.
+			_ = w.cfg.NC.Publish(rateLimits, l.Raw)
 		}
 		return rel.emit(l.Raw)
 	}

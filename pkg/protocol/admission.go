@@ -1,6 +1,9 @@
 package protocol
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // Admission (SPEC 10): producers publish on <prefix>.jobs.<tenant>; the
 // admitting dispatcher moves each job it admits to <prefix>.work.<tenant>
@@ -25,6 +28,38 @@ func (n Names) ParseWorkSubject(subject string) (tenant string, ok bool) {
 
 // MsgWildcard matches every query's .msg subject: <prefix>.query.*.*.msg.
 func (n Names) MsgWildcard() string { return n.p() + ".query.*.*.msg" }
+
+// RateLimitSubject is where a worker forwards, as a core message (no
+// stream stores it), an agent line of tenant that may report a rate limit
+// (MayReportRateLimit): <prefix>.ratelimit.<tenant>. The admitter listens
+// here instead of to every query line.
+func (n Names) RateLimitSubject(tenant string) string { return n.p() + ".ratelimit." + tenant }
+
+// RateLimitWildcard matches every tenant's RateLimitSubject.
+func (n Names) RateLimitWildcard() string { return n.p() + ".ratelimit.*" }
+
+// ParseRateLimitSubject returns the tenant of <prefix>.ratelimit.<tenant>.
+func (n Names) ParseRateLimitSubject(subject string) (tenant string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.p()+".ratelimit.")
+	if !found || !ValidTenant(rest) {
+		return "", false
+	}
+	return rest, true
+}
+
+// MaxRateLimitLine is the longest line a worker forwards as a possible
+// rate-limit report: such reports are small, and a core message must stay
+// under the server's max payload.
+const MaxRateLimitLine = 64 << 10
+
+// MayReportRateLimit is the cheap test a worker applies to every agent
+// line: false means the line cannot report a rate limit (it names neither
+// "rate_limit" nor "429"); true lines are forwarded, and the admitter
+// parses them (admission.RateLimitUntil).
+func MayReportRateLimit(line []byte) bool {
+	return len(line) <= MaxRateLimitLine &&
+		(bytes.Contains(line, []byte("rate_limit")) || bytes.Contains(line, []byte("429")))
+}
 
 // TenantsBucket is the KV bucket of tenant settings (FLEET_TENANTS).
 func (n Names) TenantsBucket() string { return n.upper() + "_TENANTS" }

@@ -128,3 +128,20 @@ func TestParseQuerySubject(t *testing.T) {
 		})
 	}
 }
+
+func TestRateLimitForward(t *testing.T) {
+	n := NewNames("")
+	require.Equal(t, "fleet.ratelimit.acme", n.RateLimitSubject("acme"))
+	tenant, ok := n.ParseRateLimitSubject(n.RateLimitSubject("acme"))
+	require.True(t, ok)
+	require.Equal(t, "acme", tenant)
+	for _, s := range []string{"fleet.ratelimit.", "fleet.ratelimit.a.b", "fleet.work.acme", "other.ratelimit.acme"} {
+		_, ok := n.ParseRateLimitSubject(s)
+		require.False(t, ok, s)
+	}
+	require.True(t, MayReportRateLimit([]byte(`{"type":"rate_limit_event","rate_limit_info":{"status":"rejected"}}`)))
+	require.True(t, MayReportRateLimit([]byte(`{"type":"result","api_error_status":429}`)))
+	require.False(t, MayReportRateLimit([]byte(`{"type":"assistant","message":{"content":[]}}`)))
+	big := append([]byte(`{"type":"rate_limit_event","x":"`), make([]byte, MaxRateLimitLine)...)
+	require.False(t, MayReportRateLimit(big), "too large to forward as a core message")
+}
