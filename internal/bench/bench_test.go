@@ -30,7 +30,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
-	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -73,11 +72,30 @@ func waitTerminal(t testing.TB, ch chan protocol.StatusEvent, n int, timeout tim
 	}
 }
 
-// relay measures lines/s relayed and journaled from one agent writing n
-// lines of 1 KiB, beside raw async JetStream publishing of the same payloads
-// (same headers) into a stream configured like FLEET_QUERIES.
-func relay(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
-	f := fleettest.New(t, fleettest.Opts{})
+// relayResult is the relay benchmark's outcome: lines/s relayed by the
+// fleet and by raw async publishing, and the CPU each side spent per line.
+type relayResult struct {
+	fleetRate, baseRate float64
+	// fleetCPU: nats-server + dispatcher + worker, from /proc, during the
+	// fleet's run; baseCPU: nats-server + the harness's publisher during
+	// the baseline.
+	fleetCPU, baseCPU time.Duration
+	lines             int
+}
+
+func (r relayResult) cpuUsPerLine(d time.Duration) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(r.lines)
+}
+
+// relay measures lines/s relayed from one agent writing n lines of 1 KiB
+// on the fleet as processes (nats-server, dispatcher, worker), beside raw
+// nats.go async publishing of the same payloads (same headers but the
+// fence's, the same window of 256 in flight) by the harness into a stream
+// configured like FLEET_QUERIES on the same server. The fleet's time runs
+// from the query's running status to its terminal one.
+func relay(t testing.TB, sz sizes) (r relayResult) {
+	r.lines = sz.relayLines
+	fp := startFleetProcs(t, 1)
 	ctx := context.Background()
 
 	// Baseline: raw nats.go async publish on the same server.
@@ -85,11 +103,12 @@ func relay(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
 		Name: "BASELINE", Subjects: []string{"baseline.>"}, Retention: jetstream.LimitsPolicy,
 		Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute, AllowDirect: true,
 	}
-	_, err := f.JS.CreateOrUpdateStream(ctx, cfg)
+	_, err := fp.js.CreateOrUpdateStream(ctx, cfg)
 	require.NoError(t, err)
-	js, err := jetstream.New(f.NC, jetstream.WithPublishAsyncMaxPending(256))
+	js, err := jetstream.New(fp.nc, jetstream.WithPublishAsyncMaxPending(256))
 	require.NoError(t, err)
 	payload := []byte(`{"type":"assistant","text":"` + strings.Repeat("x", 1024-30) + `"}`)
+	c0, h0 := fp.cpu(t), cpuTime(t)
 	start := time.Now()
 	for i := range sz.relayLines {
 		m := nats.NewMsg("baseline.default.q.msg")
@@ -112,21 +131,50 @@ func relay(t testing.TB, sz sizes) (fleetRate, baseRate float64) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("baseline publishes not acknowledged")
 	}
-	baseRate = float64(sz.relayLines) / time.Since(start).Seconds()
+	r.baseRate = float64(sz.relayLines) / time.Since(start).Seconds()
+	c1, h1 := fp.cpu(t), cpuTime(t)
+	r.baseCPU = c1.nats - c0.nats + h1 - h0
 
 	// The fleet: one agent writing the same number of 1 KiB lines.
-	var startedAt atomic.Int64
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		c.Test.RunStarted = func(string, string, int) { startedAt.Store(time.Now().UnixNano()) }
-	}})
-	fleettest.WaitReady(t, w.W)
-	done, stop := terminalWatcher(t, f.NC, f.Names)
-	defer stop()
-	f.SubmitJSON("default", "relay-1", fmt.Sprintf("/standin lines=%d size=1024", sz.relayLines))
-	waitTerminal(t, done, 1, 10*time.Minute)
-	elapsed := time.Since(time.Unix(0, startedAt.Load()))
-	fleetRate = float64(sz.relayLines+3) / elapsed.Seconds()
-	return fleetRate, baseRate
+	type stamp struct {
+		state protocol.State
+		at    time.Time
+	}
+	states := make(chan stamp, 16)
+	sub, err := fp.nc.Subscribe(fp.names.QueryStatus("default", "relay-1"), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil {
+			states <- stamp{ev.State, time.Now()}
+		}
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	c0 = fp.cpu(t)
+	waitProfiles := fp.profile(t, time.Duration(float64(sz.relayLines)/r.baseRate*float64(time.Second)))
+	fp.submit(t, "default", "relay-1", fmt.Sprintf("/standin lines=%d size=1024", sz.relayLines))
+	var started time.Time
+	deadline := time.After(10 * time.Minute)
+	for {
+		var st stamp
+		select {
+		case st = <-states:
+		case <-deadline:
+			t.Fatal("the relay job did not finish in 10 minutes")
+		}
+		if st.state == protocol.StateRunning && started.IsZero() {
+			started = st.at
+		}
+		if st.state.Terminal() {
+			require.Equal(t, protocol.StateSucceeded, st.state)
+			require.False(t, started.IsZero(), "no running status before the terminal one")
+			r.fleetRate = float64(sz.relayLines+3) / st.at.Sub(started).Seconds()
+			break
+		}
+	}
+	c1 = fp.cpu(t)
+	r.fleetCPU = c1.nats - c0.nats + c1.dispatcher - c0.dispatcher + c1.worker - c0.worker
+	waitProfiles()
+	return r
 }
 
 // dispatchShape is the dispatch workload: how many jobs, how many run at once
@@ -421,11 +469,13 @@ func rss(t testing.TB, sz sizes) (idle, base, delta float64) {
 
 func BenchmarkFleet(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
-		fleetRate, baseRate := relay(b, full)
-		figure("relay_lines_per_s", fleetRate, "lines/s")
-		figure("relay_baseline_lines_per_s", baseRate, "lines/s")
-		figure("relay_ratio", fleetRate/baseRate, "ratio")
-		b.ReportMetric(fleetRate/baseRate, "relay_ratio")
+		r := relay(b, full)
+		figure("relay_lines_per_s", r.fleetRate, "lines/s")
+		figure("relay_baseline_lines_per_s", r.baseRate, "lines/s")
+		figure("relay_ratio", r.fleetRate/r.baseRate, "ratio")
+		figure("relay_fleet_cpu_us_per_line", r.cpuUsPerLine(r.fleetCPU), "us")
+		figure("relay_baseline_cpu_us_per_line", r.cpuUsPerLine(r.baseCPU), "us")
+		b.ReportMetric(r.fleetRate/r.baseRate, "relay_ratio")
 	})
 	b.Run("dispatch", func(b *testing.B) {
 		d := shapeFromEnv(b, full.dispatchJobs)
@@ -481,9 +531,9 @@ func TestBenchmarksRun(t *testing.T) {
 		t.Skip("runs the whole fleet several times; skipped with -short")
 	}
 	tiny := sizes{relayLines: 500, dispatchJobs: 16, firstLineJobs: 3, latencyLines: 20, queuedJobs: 50}
-	fr, br := relay(t, tiny)
-	require.Positive(t, fr)
-	require.Positive(t, br)
+	rr := relay(t, tiny)
+	require.Positive(t, rr.fleetRate)
+	require.Positive(t, rr.baseRate)
 	r := dispatch(t, dispatchShape{jobs: tiny.dispatchJobs, slots: 4})
 	require.Positive(t, r.fleetRate)
 	require.Positive(t, r.baseRate)
