@@ -113,6 +113,7 @@ type Admitter struct {
 	// Leader-only state, used by the lead goroutine alone.
 	sched     *drr
 	cursor    map[string]uint64
+	moved     map[string]bool // subjects with admitted jobs not yet purged
 	heads     map[string][]head
 	announced map[uint64]string
 
@@ -560,6 +561,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 		subs = append(subs, s)
 	}
 	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]string{}
+	a.moved = map[string]bool{}
 	tick := time.NewTicker(200 * time.Millisecond)
 	for lctx.Err() == nil {
 		if err := a.pass(lctx); err != nil && lctx.Err() == nil {
@@ -592,6 +594,7 @@ func (a *Admitter) leaseValid() bool { return time.Now().UnixNano() < a.validUnt
 // policy allows, then says why the rest waits.
 func (a *Admitter) pass(ctx context.Context) error {
 	n := a.names
+	defer a.purgeMoved(ctx)
 	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", n.JobsStream(), err)
@@ -670,8 +673,8 @@ func (a *Admitter) pass(ctx context.Context) error {
 
 // move admits the first job on subject from: it copies the job to the work
 // subject to (Nats-Msg-Id "_admit.<seq>", so a copy made again after a
-// failover is dropped as a duplicate) and then deletes it from the
-// queue. It reports false when subject has no job.
+// failover is dropped as a duplicate); purgeMoved removes it from the
+// queue at the end of the pass. It reports false when subject has no job.
 func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, error) {
 	raw, err := a.stream.GetMsg(ctx, max(a.cursor[from], 1), jetstream.WithGetMsgSubject(from))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -694,10 +697,8 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	if _, err := a.cfg.JS.PublishMsg(ctx, wm); err != nil {
 		return false, fmt.Errorf("admitting job %s: %w", seq, err)
 	}
-	if err := a.stream.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, fmt.Errorf("removing admitted job %s from the queue: %w", seq, err)
-	}
 	a.cursor[from] = raw.Sequence + 1
+	a.moved[from] = true
 	if h := a.heads[tenant]; len(h) > 0 && h[0].seq == raw.Sequence {
 		a.heads[tenant] = h[1:]
 	} else {
@@ -706,6 +707,23 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	delete(a.announced, raw.Sequence)
 	a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
 	return true, nil
+}
+
+// purgeMoved removes from the queue every job this leader admitted: one
+// purge per subject, up to its cursor. Jobs leave a subject in order, so
+// everything on it below the cursor was admitted (one delete per job
+// cost a JSON API call each). A subject whose purge fails is tried again
+// after the next pass; meanwhile the cursor keeps its jobs from being
+// admitted twice, and a new leader's copies are dropped as duplicates.
+func (a *Admitter) purgeMoved(ctx context.Context) {
+	for subj := range a.moved {
+		err := a.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(a.cursor[subj]))
+		if err != nil {
+			a.log.Warn().Err(err).Str("subject", subj).Msg("removing admitted jobs from the queue; will retry")
+			continue
+		}
+		delete(a.moved, subj)
+	}
 }
 
 // announce publishes a queued status with reason and position for the

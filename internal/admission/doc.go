@@ -9,7 +9,7 @@
 // The admitter moves each job it admits: it copies the job to
 // <prefix>.work.<tenant> (same body and headers, Nats-Msg-Id
 // "_admit.<seq>", header Fleet-Job-Seq with the submission's sequence) and
-// then deletes the original. Only the dispatcher's NATS user may publish on
+// then removes the original. Only the dispatcher's NATS user may publish on
 // <prefix>.work.> (deploy/nats/accounts.conf), so producers cannot bypass
 // admission.
 //
@@ -26,11 +26,14 @@
 // and a job handed back (Nak) stays counted. No lease per run is needed and
 // workers need no change beyond reading Fleet-Job-Seq.
 //
-// A copy and a delete are not atomic: an admitter that dies between them
-// leaves the job on both subjects. The next admitter copies it again under
-// the same Nats-Msg-Id, which the stream drops as a duplicate (within the
-// dedupe window, default 2m, far longer than a takeover), then deletes the
-// original. So a job is admitted once and never lost.
+// A pass removes the originals it copied at its end, with one purge per
+// tenant subject up to the next job it would take (jobs leave a subject in
+// order, so all below were copied), not one delete per job. A copy and its
+// removal are not atomic: an admitter that dies between them leaves the
+// job on both subjects. The next admitter copies it again under the same
+// Nats-Msg-Id, which the stream drops as a duplicate (within the dedupe
+// window, default 2m, far longer than a takeover and a pass), then purges
+// the original. So a job is admitted once and never lost.
 //
 // The admitter reads each job it moves with a direct get (FLEET_JOBS
 // allows them): on a replicated stream a replica may answer from a state

@@ -397,6 +397,14 @@ func TestAdmissionFailover(t *testing.T) {
 		require.Equal(t, 1, c, "%s admitted and run once", k)
 		require.Equal(t, 1, ends[k], "%s ended once (%d terminal statuses)", k, ends[k])
 	}
+	// Every submission left the queue (purged after its pass, by either
+	// admitter): none waits on fleet.jobs.<tenant> to be counted again.
+	jobs, err := f.JS.Stream(ctx, f.Names.JobsStream())
+	require.NoError(t, err)
+	fleettest.Eventually(t, wait, func() bool {
+		info, err := jobs.Info(ctx, jetstream.WithSubjectFilter(f.Names.JobsWildcard()))
+		return err == nil && len(info.State.Subjects) == 0
+	}, "the admitted submissions removed from the queue")
 }
 
 // A live session counts against its tenant's cap, a parked one does not,
