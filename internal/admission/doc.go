@@ -74,7 +74,7 @@
 //
 // The leader does not read every agent line: a worker forwards only the
 // lines that may report a rate limit (protocol.MayReportRateLimit, a byte
-// search for "rate_limit" or "429") as core messages on
+// search for "rate_limit" or a non-null api_error_status) as core messages on
 // <prefix>.ratelimit.<tenant>, and the leader subscribes there. (Earlier
 // versions subscribed to <prefix>.query.*.*.msg, so the leader received
 // the whole fleet's output; a worker older than this forwards nothing,

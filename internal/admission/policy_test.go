@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 	"time"
@@ -150,6 +151,24 @@ func FuzzRateLimitUntil(f *testing.F) {
 		until, hit := RateLimitUntil(line, now, time.Minute)
 		if hit && until.IsZero() {
 			t.Fatal("a pause without an end")
+		}
+	})
+}
+
+// The worker's prefilter never hides a rate limit the admitter would act
+// on (for lines without \u escapes, which the CLI does not write).
+func FuzzRateLimitPrefilter(f *testing.F) {
+	f.Add([]byte(`{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1788934800}}`))
+	f.Add([]byte(`{"type":"result","api_error_status":429}`))
+	f.Add([]byte(`{"type":"result","API_Error_Status":null,"api_error_status":4.29e2}`))
+	f.Add([]byte(`{"type":"assistant","error":"rate_limit"}`))
+	now := time.Unix(1_800_000_000, 0)
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if bytes.Contains(line, []byte(`\u`)) {
+			return
+		}
+		if _, hit := RateLimitUntil(line, now, time.Minute); hit && len(line) <= protocol.MaxRateLimitLine {
+			require.True(t, protocol.MayReportRateLimit(line), "the prefilter drops %q", line)
 		}
 	})
 }

@@ -53,12 +53,30 @@ func (n Names) ParseRateLimitSubject(subject string) (tenant string, ok bool) {
 const MaxRateLimitLine = 64 << 10
 
 // MayReportRateLimit is the cheap test a worker applies to every agent
-// line: false means the line cannot report a rate limit (it names neither
-// "rate_limit" nor "429"); true lines are forwarded, and the admitter
-// parses them (admission.RateLimitUntil).
+// line: false means the line cannot report a rate limit (it holds no
+// "rate_limit" and no api_error_status key, in any case, with a value
+// other than null); true lines are forwarded, and the admitter parses
+// them (admission.RateLimitUntil). Lines that spell these names with \u
+// escapes are not recognised (the CLI never writes them so).
 func MayReportRateLimit(line []byte) bool {
-	return len(line) <= MaxRateLimitLine &&
-		(bytes.Contains(line, []byte("rate_limit")) || bytes.Contains(line, []byte("429")))
+	if len(line) > MaxRateLimitLine {
+		return false
+	}
+	if bytes.Contains(line, []byte("rate_limit")) {
+		return true
+	}
+	const key = `"api_error_status"`
+	for i := 0; i+len(key) <= len(line); i++ {
+		// encoding/json matches keys case-insensitively.
+		if line[i] != '"' || !bytes.EqualFold(line[i:i+len(key)], []byte(key)) {
+			continue
+		}
+		rest := bytes.TrimLeft(line[i+len(key):], " \t\r\n:")
+		if len(rest) > 0 && rest[0] != 'n' {
+			return true
+		}
+	}
+	return false
 }
 
 // TenantsBucket is the KV bucket of tenant settings (FLEET_TENANTS).

@@ -142,6 +142,10 @@ func TestRateLimitForward(t *testing.T) {
 	require.True(t, MayReportRateLimit([]byte(`{"type":"rate_limit_event","rate_limit_info":{"status":"rejected"}}`)))
 	require.True(t, MayReportRateLimit([]byte(`{"type":"result","api_error_status":429}`)))
 	require.False(t, MayReportRateLimit([]byte(`{"type":"assistant","message":{"content":[]}}`)))
+	require.True(t, MayReportRateLimit([]byte(`{"type":"result","api_error_status": "429"}`)))
+	require.True(t, MayReportRateLimit([]byte(`{"type":"assistant","error":"rate_limit"}`)))
+	require.False(t, MayReportRateLimit([]byte(`{"type":"result","api_error_status":null,"duration_ms":429}`)), "no API error")
+	require.False(t, MayReportRateLimit([]byte(`{"type":"system","session_id":"4290-1429"}`)), "429 in an id")
 	big := append([]byte(`{"type":"rate_limit_event","x":"`), make([]byte, MaxRateLimitLine)...)
 	require.False(t, MayReportRateLimit(big), "too large to forward as a core message")
 }
