@@ -107,6 +107,7 @@ type Admitter struct {
 	pauses   map[string]time.Time
 
 	wake       chan struct{}
+	jobPokes   atomic.Int64 // core messages seen on the jobs subjects
 	leading    atomic.Bool
 	validUntil atomic.Int64 // unix ns: admit only before this (lease safety margin)
 
@@ -114,6 +115,7 @@ type Admitter struct {
 	sched     *drr
 	cursor    map[string]uint64
 	moved     map[string]bool // subjects with admitted jobs not yet purged
+	storedSeq uint64          // highest FLEET_JOBS sequence known stored
 	heads     map[string][]head
 	announced map[uint64]string
 
@@ -544,7 +546,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	n := a.names
 	var subs []*nats.Subscription
 	for subj, h := range map[string]nats.MsgHandler{
-		n.JobsWildcard(): func(*nats.Msg) { a.poke() },
+		n.JobsWildcard(): func(*nats.Msg) { a.jobPokes.Add(1); a.poke() },
 		n.StatusWildcard(): func(m *nats.Msg) {
 			if !bytes.Contains(m.Data, []byte(`"state":"queued"`)) {
 				a.poke()
@@ -561,17 +563,52 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 		subs = append(subs, s)
 	}
 	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]string{}
-	a.moved = map[string]bool{}
+	a.moved, a.storedSeq = map[string]bool{}, 0
 	tick := time.NewTicker(200 * time.Millisecond)
+	// A job's core message (the wake-up) can arrive before the stream has
+	// stored the job: a pass then finds nothing new, and the job would
+	// wait for the tick. So after a wake-up from a job, a pass that saw
+	// nothing stored since the last one looks again soon, backing off
+	// (1ms, doubling, up to 64ms; then the tick). A job dropped as a
+	// duplicate costs those few passes.
+	var (
+		seenPokes int64
+		announced bool // a job was announced that no pass has seen stored
+		backoff   time.Duration
+		recheck   *time.Timer
+	)
 	for lctx.Err() == nil {
-		if err := a.pass(lctx); err != nil && lctx.Err() == nil {
+		pokes := a.jobPokes.Load()
+		announced = announced || pokes != seenPokes
+		seenPokes = pokes
+		fresh, err := a.pass(lctx)
+		if err != nil && lctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("admission pass failed; retrying")
+		}
+		var again <-chan time.Time
+		switch {
+		case err != nil || fresh || !announced:
+			announced, backoff = false, 0
+		case backoff >= 64*time.Millisecond:
+			announced, backoff = false, 0 // the tick looks again
+		default:
+			backoff = max(2*backoff, time.Millisecond)
+			if recheck == nil {
+				recheck = time.NewTimer(backoff)
+			} else {
+				recheck.Reset(backoff)
+			}
+			again = recheck.C
 		}
 		select {
 		case <-lctx.Done():
 		case <-a.wake:
 		case <-tick.C:
+		case <-again:
 		}
+	}
+	if recheck != nil {
+		recheck.Stop()
 	}
 	tick.Stop()
 	for _, s := range subs {
@@ -591,14 +628,17 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 func (a *Admitter) leaseValid() bool { return time.Now().UnixNano() < a.validUntil.Load() }
 
 // pass reads the queue and run counts from the stream and admits what the
-// policy allows, then says why the rest waits.
-func (a *Admitter) pass(ctx context.Context) error {
+// policy allows, then says why the rest waits. fresh reports that the
+// stream had stored something this leader had not seen yet.
+func (a *Admitter) pass(ctx context.Context) (fresh bool, err error) {
 	n := a.names
 	defer a.purgeMoved(ctx)
 	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", n.JobsStream(), err)
+		return false, fmt.Errorf("reading %s: %w", n.JobsStream(), err)
 	}
+	fresh = info.State.LastSeq > a.storedSeq
+	a.storedSeq = max(a.storedSeq, info.State.LastSeq)
 	queued, running := map[string]int{}, map[string]int{}
 	total := 0
 	jobsPrefix, workPrefix := n.Prefix()+".jobs.", n.Prefix()+".work."
@@ -647,7 +687,7 @@ func (a *Admitter) pass(ctx context.Context) error {
 		}
 		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
 		if err != nil {
-			return err
+			return fresh, err
 		}
 		if !moved {
 			queued[t] = 0
@@ -665,10 +705,10 @@ func (a *Admitter) pass(ctx context.Context) error {
 		d := a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now)
 		reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
 		if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
-			return err
+			return fresh, err
 		}
 	}
-	return nil
+	return fresh, nil
 }
 
 // move admits the first job on subject from: it copies the job to the work
@@ -694,9 +734,11 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
 	wm.Header.Set(protocol.HeaderJobSeq, seq)
 	wm.Header.Set(protocol.HeaderQueuedAt, raw.Time.UTC().Format(time.RFC3339Nano))
-	if _, err := a.cfg.JS.PublishMsg(ctx, wm); err != nil {
+	ack, err := a.cfg.JS.PublishMsg(ctx, wm)
+	if err != nil {
 		return false, fmt.Errorf("admitting job %s: %w", seq, err)
 	}
+	a.storedSeq = max(a.storedSeq, ack.Sequence) // our own copy is not news
 	a.cursor[from] = raw.Sequence + 1
 	a.moved[from] = true
 	if h := a.heads[tenant]; len(h) > 0 && h[0].seq == raw.Sequence {
