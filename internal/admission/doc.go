@@ -51,6 +51,16 @@
 // before anyone else can hold the lease. A dispatcher that stops gracefully
 // deletes the lease at once.
 //
+// # Wake-ups
+//
+// The leader passes when a job is published (a core subscription on
+// <prefix>.jobs.>), when a status other than queued is (a slot may have
+// freed), and every 200ms. The core copy of a job can arrive before the
+// stream has stored it; a pass after such a wake-up that finds nothing
+// stored since the last one (FLEET_JOBS' last sequence, its own copies
+// aside) looks again after 1ms, doubling up to 64ms, so the job does not
+// wait for the tick.
+//
 // # Fair share
 //
 // Among tenants with queued jobs that the Policy admits, free slots go by
