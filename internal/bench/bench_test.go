@@ -213,9 +213,9 @@ func shapeFromEnv(t testing.TB, jobs int) dispatchShape {
 }
 
 // cpuTime is this process's user+system CPU so far (getrusage, the counters
-// /proc/self/stat shows). In the benchmark the process holds the NATS server,
-// the dispatcher, the worker and the harness; the agents are children and
-// are not counted.
+// /proc/self/stat shows): the harness's own (submitting, watching, the
+// baselines' spawning and publishing). The fleet runs as processes of its
+// own (procs_test.go); the agents are children and are not counted.
 func cpuTime(t testing.TB) time.Duration {
 	var ru syscall.Rusage
 	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
