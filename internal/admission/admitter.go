@@ -513,9 +513,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	// Admit only within half the TTL of the last renewal (from when it was
 	// sent): another dispatcher can take the lease only a whole TTL after.
 	a.validUntil.Store(at.Add(ttl / 2).UnixNano())
-	a.leading.Store(true)
 	defer a.leading.Store(false)
-	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
 	var rwg sync.WaitGroup
 	rwg.Add(1)
 	go func() {
@@ -562,6 +560,10 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 		}
 		subs = append(subs, s)
 	}
+	// Leading once it listens: what reads Leading (tests, Admitting)
+	// sees every subscription the leader makes already made.
+	a.leading.Store(true)
+	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
 	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]string{}
 	a.moved, a.storedSeq = map[string]bool{}, 0
 	tick := time.NewTicker(200 * time.Millisecond)

@@ -68,6 +68,16 @@ func TestStartTwice(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	require.NoError(t, svc.Start(ctx))
+	// The admitter subscribes once it leads, after Start returned.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !svc.Admitting() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("the dispatcher never took the admitter lease")
+		}
+	}
 	subs := c.subs()
 	require.Error(t, svc.Start(ctx), "a second Start must be refused")
 	require.Equal(t, subs, c.subs(), "a refused Start subscribes nothing")
