@@ -371,7 +371,7 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 		}
 		select {
 		case <-p.f.Ok():
-			r.setStored(p.m.seq)
+			r.setStoredFreed(p.m.seq, 0) // its bytes are freed below
 		case err := <-p.f.Err():
 			wrong = wrong || fence.WrongLastSequence(err)
 		case <-ctx.Done():
@@ -395,8 +395,9 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	if err != nil {
 		return pending, nil // ctx ended
 	}
-	r.setStored(last)
-	stored := r.storedSeq()
+	// Only this goroutine marks lines stored: setStoredFreed below records
+	// stored (and acks the journal) once.
+	stored := max(last, r.storedSeq())
 	rest := make([]outMsg, 0, len(inflight)+len(pending))
 	freed := 0
 	for _, p := range inflight {
@@ -463,13 +464,6 @@ func (r *relay) drop(n int) {
 	if n > 0 {
 		r.log.Warn().Int("dropped", n).Msg("fenced: not publishing the rest (the journal keeps it)")
 	}
-}
-
-func (r *relay) setStored(seq uint64) {
-	r.mu.Lock()
-	r.stored = max(r.stored, seq)
-	r.mu.Unlock()
-	r.journal.Ack(seq)
 }
 
 // setStoredFreed marks every line up to seq stored and releases freed

@@ -19,15 +19,17 @@ func (n Names) WorkWildcard() string { return n.p() + ".work.>" }
 // ParseWorkSubject returns the tenant of <prefix>.work.<tenant>; ok is false
 // for anything else.
 func (n Names) ParseWorkSubject(subject string) (tenant string, ok bool) {
-	rest, found := strings.CutPrefix(subject, n.p()+".work.")
+	return n.tenantAfter(subject, ".work.")
+}
+
+// tenantAfter returns the tenant of <prefix><kind><tenant>.
+func (n Names) tenantAfter(subject, kind string) (tenant string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.p()+kind)
 	if !found || !ValidTenant(rest) {
 		return "", false
 	}
 	return rest, true
 }
-
-// MsgWildcard matches every query's .msg subject: <prefix>.query.*.*.msg.
-func (n Names) MsgWildcard() string { return n.p() + ".query.*.*.msg" }
 
 // RateLimitSubject is where a worker forwards, as a core message (no
 // stream stores it), an agent line of tenant that may report a rate limit
@@ -40,11 +42,7 @@ func (n Names) RateLimitWildcard() string { return n.p() + ".ratelimit.*" }
 
 // ParseRateLimitSubject returns the tenant of <prefix>.ratelimit.<tenant>.
 func (n Names) ParseRateLimitSubject(subject string) (tenant string, ok bool) {
-	rest, found := strings.CutPrefix(subject, n.p()+".ratelimit.")
-	if !found || !ValidTenant(rest) {
-		return "", false
-	}
-	return rest, true
+	return n.tenantAfter(subject, ".ratelimit.")
 }
 
 // MaxRateLimitLine is the longest line a worker forwards as a possible
@@ -65,16 +63,23 @@ func MayReportRateLimit(line []byte) bool {
 	if bytes.Contains(line, []byte("rate_limit")) {
 		return true
 	}
+	// Every agent line passes here: hop from quote to quote (IndexByte is
+	// vectorised) rather than test each byte. encoding/json matches keys
+	// case-insensitively, so the key is compared with EqualFold.
 	const key = `"api_error_status"`
-	for i := 0; i+len(key) <= len(line); i++ {
-		// encoding/json matches keys case-insensitively.
-		if line[i] != '"' || !bytes.EqualFold(line[i:i+len(key)], []byte(key)) {
-			continue
+	for rest := line; len(rest) >= len(key); {
+		q := bytes.IndexByte(rest, '"')
+		if q < 0 || len(rest)-q < len(key) {
+			return false
 		}
-		rest := bytes.TrimLeft(line[i+len(key):], " \t\r\n:")
-		if len(rest) > 0 && rest[0] != 'n' {
-			return true
+		rest = rest[q:]
+		if bytes.EqualFold(rest[:len(key)], []byte(key)) {
+			v := bytes.TrimLeft(rest[len(key):], " \t\r\n:")
+			if len(v) > 0 && v[0] != 'n' {
+				return true
+			}
 		}
+		rest = rest[1:]
 	}
 	return false
 }
