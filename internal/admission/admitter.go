@@ -53,6 +53,9 @@ type Config struct {
 	// Announce is how many of a waiting tenant's first jobs get a queued
 	// status saying why they wait and where they are. Defaults to 5.
 	Announce int
+	// Tick is how often the leader reads the queue again with no wake-up
+	// (see "Wake-ups" in the package doc). Defaults to 200ms.
+	Tick time.Duration
 	// Now is the clock of budget windows and rate-limit pauses (tests
 	// inject one). Defaults to time.Now.
 	Now func() time.Time
@@ -65,6 +68,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 5*time.Second)
 	c.RateLimitPause = cmp.Or(c.RateLimitPause, time.Minute)
 	c.Announce = cmp.Or(c.Announce, 5)
+	c.Tick = cmp.Or(c.Tick, 200*time.Millisecond)
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -108,6 +112,7 @@ type Admitter struct {
 
 	wake       chan struct{}
 	jobPokes   atomic.Int64 // core messages seen on the jobs subjects
+	endPokes   atomic.Int64 // statuses seen that end a run (terminal, parked)
 	leading    atomic.Bool
 	validUntil atomic.Int64 // unix ns: admit only before this (lease safety margin)
 
@@ -546,9 +551,14 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	for subj, h := range map[string]nats.MsgHandler{
 		n.JobsWildcard(): func(*nats.Msg) { a.jobPokes.Add(1); a.poke() },
 		n.StatusWildcard(): func(m *nats.Msg) {
-			if !bytes.Contains(m.Data, []byte(`"state":"queued"`)) {
-				a.poke()
+			st, _ := statusState(m.Data)
+			if st == protocol.StateQueued {
+				return
 			}
+			if st.Terminal() || st == protocol.StateParked {
+				a.endPokes.Add(1)
+			}
+			a.poke()
 		},
 		n.RateLimitWildcard(): a.onLine,
 	} {
@@ -566,33 +576,47 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
 	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]string{}
 	a.moved, a.storedSeq = map[string]bool{}, 0
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(a.cfg.Tick)
 	// A job's core message (the wake-up) can arrive before the stream has
 	// stored the job: a pass then finds nothing new, and the job would
 	// wait for the tick. So after a wake-up from a job, a pass that saw
 	// nothing stored since the last one looks again soon, backing off
 	// (1ms, doubling, up to 64ms; then the tick). A job dropped as a
 	// duplicate costs those few passes.
+	//
+	// Likewise a run's end: its worker publishes the terminal (or parked)
+	// status before it acks the work message, and the ack is what frees
+	// the slot the pass counts. So after a wake-up from a run's end, a
+	// pass that left jobs waiting and admitted none looks again the same
+	// way.
 	var (
-		seenPokes int64
-		announced bool // a job was announced that no pass has seen stored
-		backoff   time.Duration
-		recheck   *time.Timer
+		seenPokes, seenEnds int64
+		announced           bool // a job was announced that no pass has seen stored
+		ending              bool // a run ended that no pass has seen free its slot
+		backoff             time.Duration
+		recheck             *time.Timer
 	)
 	for lctx.Err() == nil {
-		pokes := a.jobPokes.Load()
+		pokes, ends := a.jobPokes.Load(), a.endPokes.Load()
 		announced = announced || pokes != seenPokes
-		seenPokes = pokes
-		fresh, err := a.pass(lctx)
+		ending = ending || ends != seenEnds
+		seenPokes, seenEnds = pokes, ends
+		res, err := a.pass(lctx)
 		if err != nil && lctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("admission pass failed; retrying")
 		}
+		if res.fresh {
+			announced = false
+		}
+		if res.admitted > 0 || !res.held {
+			ending = false
+		}
 		var again <-chan time.Time
 		switch {
-		case err != nil || fresh || !announced:
-			announced, backoff = false, 0
+		case err != nil || (!announced && !ending):
+			announced, ending, backoff = false, false, 0
 		case backoff >= 64*time.Millisecond:
-			announced, backoff = false, 0 // the tick looks again
+			announced, ending, backoff = false, false, 0 // the tick looks again
 		default:
 			backoff = max(2*backoff, time.Millisecond)
 			if recheck == nil {
@@ -629,17 +653,26 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 
 func (a *Admitter) leaseValid() bool { return time.Now().UnixNano() < a.validUntil.Load() }
 
+// passResult is what a pass saw and did.
+type passResult struct {
+	// fresh: the stream had stored something this leader had not seen.
+	fresh bool
+	// admitted: jobs moved to the work subjects.
+	admitted int
+	// held: jobs were left waiting (caps, budgets, pauses).
+	held bool
+}
+
 // pass reads the queue and run counts from the stream and admits what the
-// policy allows, then says why the rest waits. fresh reports that the
-// stream had stored something this leader had not seen yet.
-func (a *Admitter) pass(ctx context.Context) (fresh bool, err error) {
+// policy allows, then says why the rest waits.
+func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	n := a.names
 	defer a.purgeMoved(ctx)
 	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
-		return false, fmt.Errorf("reading %s: %w", n.JobsStream(), err)
+		return res, fmt.Errorf("reading %s: %w", n.JobsStream(), err)
 	}
-	fresh = info.State.LastSeq > a.storedSeq
+	res.fresh = info.State.LastSeq > a.storedSeq
 	a.storedSeq = max(a.storedSeq, info.State.LastSeq)
 	queued, running := map[string]int{}, map[string]int{}
 	total := 0
@@ -689,12 +722,13 @@ func (a *Admitter) pass(ctx context.Context) (fresh bool, err error) {
 		}
 		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
 		if err != nil {
-			return fresh, err
+			return res, err
 		}
 		if !moved {
 			queued[t] = 0
 			continue
 		}
+		res.admitted++
 		queued[t]--
 		running[t]++
 		total++
@@ -704,13 +738,31 @@ func (a *Admitter) pass(ctx context.Context) (fresh bool, err error) {
 			delete(a.heads, t)
 			continue
 		}
+		res.held = true
 		d := a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now)
 		reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
 		if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
-			return fresh, err
+			return res, err
 		}
 	}
-	return fresh, nil
+	return res, nil
+}
+
+// statusState reads the "state" of a status event as the fleet encodes it
+// (json.Marshal of protocol.StatusEvent: no spaces), without decoding the
+// rest; ok is false when it has none.
+func statusState(data []byte) (protocol.State, bool) {
+	const key = `"state":"`
+	i := bytes.Index(data, []byte(key))
+	if i < 0 {
+		return "", false
+	}
+	v := data[i+len(key):]
+	j := bytes.IndexByte(v, '"')
+	if j < 0 {
+		return "", false
+	}
+	return protocol.State(v[:j]), true
 }
 
 // move admits the first job on subject from: it copies the job to the work

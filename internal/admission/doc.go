@@ -55,11 +55,16 @@
 //
 // The leader passes when a job is published (a core subscription on
 // <prefix>.jobs.>), when a status other than queued is (a slot may have
-// freed), and every 200ms. The core copy of a job can arrive before the
-// stream has stored it; a pass after such a wake-up that finds nothing
-// stored since the last one (FLEET_JOBS' last sequence, its own copies
-// aside) looks again after 1ms, doubling up to 64ms, so the job does not
-// wait for the tick.
+// freed), and every Config.Tick (200ms). The core copy of a job can arrive
+// before the stream has stored it; a pass after such a wake-up that finds
+// nothing stored since the last one (FLEET_JOBS' last sequence, its own
+// copies aside) looks again after 1ms, doubling up to 64ms, so the job
+// does not wait for the tick. A run's end is the same race the other way
+// round: the worker publishes the terminal (or parked) status before it
+// acks the work message, and the ack is what frees the slot a pass
+// counts. So a pass after such a wake-up that leaves jobs waiting and
+// admits none looks again on the same schedule: under a tenant's cap the
+// next job starts about as soon as the previous one is acked.
 //
 // # Fair share
 //

@@ -183,3 +183,23 @@ func FuzzDecodeSettings(f *testing.F) {
 		}
 	})
 }
+
+// statusState reads the state of every status the fleet encodes, whatever
+// its other fields hold, and never panics on other bytes.
+func FuzzStatusState(f *testing.F) {
+	f.Add("q1", "acme", "succeeded", []byte(`{"state":"`))
+	f.Add(`x"state":"queued`, `t\`, "parked", []byte(`"state":"running"`))
+	f.Fuzz(func(t *testing.T, id, tenant, state string, raw []byte) {
+		_, _ = statusState(raw)
+		data, err := json.Marshal(protocol.StatusEvent{ID: id, Tenant: tenant, State: protocol.State(state), Reason: id})
+		require.NoError(t, err)
+		for _, c := range []byte(state) {
+			if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return // json.Marshal escapes it; the fleet's states have none
+			}
+		}
+		got, ok := statusState(data)
+		require.True(t, ok, "%s", data)
+		require.Equal(t, protocol.State(state), got, "%s", data)
+	})
+}

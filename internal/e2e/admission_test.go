@@ -157,6 +157,32 @@ func TestAdmissionTenantCap(t *testing.T) {
 	}
 }
 
+// A run's end admits the next job of a capped tenant at once. The worker
+// publishes the terminal status before it acks the work message, so the
+// pass that status wakes can still count the run; the admitter looks
+// again shortly instead of leaving the job to its next tick (here an
+// hour, so only that recheck can admit the jobs after the first).
+func TestAdmissionRunEndAdmitsNextJob(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{Admission: admission.Config{Tick: time.Hour}})
+	setTenant(t, f, "capped", admission.Settings{MaxRunning: 1})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2})
+	fleettest.WaitReady(t, w.W)
+	log := watchStatuses(t, f.NC, f.Names)
+	const n = 6
+	for i := range n {
+		f.SubmitJSON("capped", "c"+strconv.Itoa(i), "hi")
+	}
+	for i := range n {
+		require.Equal(t, protocol.StateSucceeded, f.Follow("capped", "c"+strconv.Itoa(i), wait).Final.State)
+	}
+	peak, starts, _ := log.peaks()
+	require.Equal(t, 1, peak["capped"], "the tenant never runs more than its cap")
+	for k, c := range starts {
+		require.Equal(t, 1, c, "%s ran once", k)
+	}
+}
+
 // A tenant with 10,000 queued jobs delays another tenant's first job by at
 // most one slot turnover: no more than the slot count of its runs start
 // between the other's submit and its first start.
