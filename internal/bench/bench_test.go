@@ -80,7 +80,11 @@ type relayResult struct {
 	// fleet's run; baseCPU: nats-server + the harness's publisher during
 	// the baseline.
 	fleetCPU, baseCPU time.Duration
-	lines             int
+	// fleetProcs is fleetCPU by process; baseNats is nats-server's part
+	// of baseCPU.
+	fleetProcs cpuSample
+	baseNats   time.Duration
+	lines      int
 }
 
 func (r relayResult) cpuUsPerLine(d time.Duration) float64 {
@@ -134,6 +138,12 @@ func relay(t testing.TB, sz sizes) (r relayResult) {
 	r.baseRate = float64(sz.relayLines) / time.Since(start).Seconds()
 	c1, h1 := fp.cpu(t), cpuTime(t)
 	r.baseCPU = c1.nats - c0.nats + h1 - h0
+	r.baseNats = c1.nats - c0.nats
+	// The baseline's stream goes before the fleet runs: its messages and
+	// their Msg-IDs (the server's duplicate window holds each for two
+	// minutes) would otherwise cost the server memory and GC time during
+	// the fleet's run, which the baseline never paid.
+	require.NoError(t, fp.js.DeleteStream(ctx, cfg.Name))
 
 	// The fleet: one agent writing the same number of 1 KiB lines.
 	type stamp struct {
@@ -172,7 +182,8 @@ func relay(t testing.TB, sz sizes) (r relayResult) {
 		}
 	}
 	c1 = fp.cpu(t)
-	r.fleetCPU = c1.nats - c0.nats + c1.dispatcher - c0.dispatcher + c1.worker - c0.worker
+	r.fleetProcs = cpuSample{nats: c1.nats - c0.nats, dispatcher: c1.dispatcher - c0.dispatcher, worker: c1.worker - c0.worker}
+	r.fleetCPU = r.fleetProcs.nats + r.fleetProcs.dispatcher + r.fleetProcs.worker
 	waitProfiles()
 	return r
 }
@@ -478,12 +489,23 @@ func rss(t testing.TB, sz sizes) (idle, base, delta float64) {
 
 func BenchmarkFleet(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
-		r := relay(b, full)
+		sz := full
+		if v := os.Getenv("BENCH_RELAY_LINES"); v != "" {
+			n, err := strconv.Atoi(v)
+			require.NoError(b, err, "BENCH_RELAY_LINES")
+			require.Positive(b, n, "BENCH_RELAY_LINES")
+			sz.relayLines = n
+		}
+		r := relay(b, sz)
 		figure("relay_lines_per_s", r.fleetRate, "lines/s")
 		figure("relay_baseline_lines_per_s", r.baseRate, "lines/s")
 		figure("relay_ratio", r.fleetRate/r.baseRate, "ratio")
 		figure("relay_fleet_cpu_us_per_line", r.cpuUsPerLine(r.fleetCPU), "us")
 		figure("relay_baseline_cpu_us_per_line", r.cpuUsPerLine(r.baseCPU), "us")
+		figure("relay_worker_cpu_us_per_line", r.cpuUsPerLine(r.fleetProcs.worker), "us")
+		figure("relay_dispatcher_cpu_us_per_line", r.cpuUsPerLine(r.fleetProcs.dispatcher), "us")
+		figure("relay_nats_cpu_us_per_line", r.cpuUsPerLine(r.fleetProcs.nats), "us")
+		figure("relay_baseline_nats_cpu_us_per_line", r.cpuUsPerLine(r.baseNats), "us")
 		b.ReportMetric(r.fleetRate/r.baseRate, "relay_ratio")
 	})
 	b.Run("dispatch", func(b *testing.B) {
