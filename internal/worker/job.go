@@ -245,7 +245,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 			return err
 		}
 		rel = newRelay(&relay{
-			js: w.js, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
+			pub: w.pub, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
 			tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.lineLimit(), journal: jl,
 			metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
 			fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -26,21 +27,23 @@ var errFenced = errors.New("worker: a later attempt took over this query")
 // publishing a line, Ack once the stream stored it (a memory-first
 // journal then forgets it).
 type journalLog interface {
-	Append(seq uint64, line []byte) error
+	AppendOwned(seq uint64, line []byte) error
 	AppendWhole(seq uint64, line []byte) error
 	Ack(seq uint64)
 }
 
-// noRetry turns off nats.go's own retry of a publish that met no
-// responders: it resends later, after newer lines, which would reorder them.
-// The relay retries itself, in order.
-var noRetry = jetstream.WithRetryAttempts(0)
+// errAckTimeout fails a line whose acknowledgement did not come within the
+// relay's timeout (sent to a dying leader, or lost with a connection).
+var errAckTimeout = errors.New("worker: no acknowledgement from the stream in time")
 
 // relay turns agent lines into ordered NATS messages. Every line is first
 // appended to the journal, then queued for a publisher goroutine that
-// publishes asynchronously, up to window lines in flight. The lines not yet
-// stored (queued or in flight) are bounded by bytes (QueueBytes, below the
-// journal's SpillBytes): beyond it the agent's pipe waits. So an agent
+// publishes asynchronously (package jspub: acknowledgements on the
+// worker's one reply subscription, read without reflection), up to window
+// lines in flight; a line not acknowledged within timeout fails. The
+// lines not yet stored (queued or in flight) are bounded by bytes
+// (QueueBytes, below the journal's SpillBytes): beyond it the agent's pipe
+// waits. So an agent
 // writing faster than the stream stores is slowed to the stream's pace
 // instead of spilling the journal to disk, while lines NATS does not
 // acknowledge within the journal's SpillAfter (NATS away) still spill.
@@ -54,7 +57,7 @@ var noRetry = jetstream.WithRetryAttempts(0)
 // line is therefore never stored twice, never after a later line, and never
 // after a later attempt's claim.
 type relay struct {
-	js         jetstream.JetStream
+	pub        *jspub.Publisher // the worker's: lines' acknowledgements
 	nc         *nats.Conn
 	stream     string // FLEET_QUERIES
 	subject    string
@@ -71,10 +74,14 @@ type relay struct {
 	// hint, if set, reports a later attempt seen on the status
 	// subscription: a shortcut; the server's check is what fences.
 	hint func() bool
-	// timeout bounds each read of the last line.
+	// timeout bounds each line's wait for its acknowledgement and each
+	// read of the last line.
 	timeout time.Duration
+	// acked gets a value when an acknowledgement of this relay's arrives.
+	acked chan struct{}
 
-	seq uint64 // last assigned Fleet-Seq; only the emitting goroutine writes it
+	seq uint64    // last assigned Fleet-Seq; only the emitting goroutine writes it
+	msg *nats.Msg // reused by message, on the publisher goroutine
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -96,16 +103,17 @@ type outMsg struct {
 }
 
 type flight struct {
-	m outMsg
-	f jetstream.PubAckFuture
-	// failed is set once f's error was taken from it (a future's error
-	// channel yields its error once).
+	m    outMsg
+	a    *jspub.Ack
+	sent time.Time
+	// failed is set once the flight's error was taken as a cause.
 	failed bool
 }
 
 func newRelay(r *relay) *relay {
 	r.cond = sync.NewCond(&r.mu)
 	r.done = make(chan struct{})
+	r.acked = make(chan struct{}, 1)
 	if r.maxQueued <= 0 {
 		r.maxQueued = 64 << 20
 	}
@@ -136,11 +144,18 @@ func (r *relay) emit(line []byte) error {
 		return errFenced
 	}
 	seq := r.seq + 1
-	appendLine := r.journal.Append
+	// A line that fits goes out as this copy, which the journal shares
+	// (it never changes); a larger one goes out as a pointer, and the
+	// journal copies it.
+	var data []byte
+	var err error
 	if len(line) > r.maxPayload {
-		appendLine = r.journal.AppendWhole // goes out as a pointer
+		err = r.journal.AppendWhole(seq, line)
+	} else {
+		data = append([]byte(nil), line...)
+		err = r.journal.AppendOwned(seq, data)
 	}
-	if err := appendLine(seq, line); err != nil {
+	if err != nil {
 		if !errors.Is(err, journal.ErrNoSpace) || len(line) > r.maxPayload {
 			return fmt.Errorf("worker: journal query %s seq %d: %w", r.id, seq, err)
 		}
@@ -151,11 +166,8 @@ func (r *relay) emit(line []byte) error {
 		r.metrics.journalFull.Set(1)
 	}
 	r.seq = seq
-	data := line
 	if len(line) > r.maxPayload {
 		data = pointer(seq, len(line), storage.LineKey(r.tenant, r.id, seq))
-	} else {
-		data = append([]byte(nil), line...)
 	}
 	r.metrics.linesRelayed.Inc()
 	r.metrics.bytesRelayed.Add(float64(len(line)))
@@ -245,6 +257,12 @@ func (r *relay) run(ctx context.Context) {
 		pending  []outMsg // to send, in order
 		inflight []flight // sent, not resolved, in order
 	)
+	// Acknowledgements never awaited again (the run ends) are forgotten.
+	defer func() {
+		for _, p := range inflight {
+			r.pub.Forget(p.a)
+		}
+	}()
 	// resolve collects finished publishes from the oldest on; with block
 	// it waits for the oldest first. It returns the first error met. What
 	// it collects is marked stored (and acked to the journal) once.
@@ -258,25 +276,20 @@ func (r *relay) run(ctx context.Context) {
 		}()
 		for len(inflight) > 0 {
 			p := inflight[0]
-			var err error
-			if block {
-				select {
-				case <-p.f.Ok():
-				case err = <-p.f.Err():
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
-			} else {
-				select {
-				case <-p.f.Ok():
-				case err = <-p.f.Err():
-				default:
+			if !p.a.Done() {
+				if !block {
 					return nil
 				}
+				if err := r.await(ctx, p); err != nil {
+					if ctx.Err() == nil {
+						inflight[0].failed = true
+					}
+					return err
+				}
 			}
-			if err != nil {
+			if p.a.Err != nil {
 				inflight[0].failed = true
-				return err
+				return p.a.Err
 			}
 			last, freed = p.m.seq, freed+len(p.m.data)
 			inflight = inflight[1:]
@@ -330,24 +343,12 @@ func (r *relay) run(ctx context.Context) {
 			pending, inflight = r.recover(ctx, nats.ErrDisconnected, inflight, pending)
 			continue
 		}
-		f, err := r.js.PublishMsgAsync(r.message(m), noRetry)
-		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			// The connection-wide async window is full (other runs
-			// share it): wait for our oldest, or briefly.
-			if len(inflight) > 0 {
-				if err := resolve(true); err != nil {
-					pending, inflight = r.recover(ctx, err, inflight, pending)
-				}
-			} else {
-				_ = sleepCtx(ctx, 5*time.Millisecond)
-			}
-			continue
-		}
+		a, err := r.pub.Publish(r.message(m), r.acked)
 		if err != nil {
 			pending, inflight = r.recover(ctx, err, inflight, pending)
 			continue
 		}
-		inflight = append(inflight, flight{m: m, f: f})
+		inflight = append(inflight, flight{m: m, a: a, sent: time.Now()})
 		pending = pending[1:]
 		block := len(inflight) >= r.window
 		if err := resolve(block); err != nil {
@@ -365,17 +366,23 @@ func (r *relay) run(ctx context.Context) {
 func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pending []outMsg) ([]outMsg, []flight) {
 	r.metrics.publishErrors.Inc()
 	wrong := fence.WrongLastSequence(cause)
-	for _, p := range inflight {
+	for i, p := range inflight {
 		if p.failed {
 			continue // its error is the cause
 		}
-		select {
-		case <-p.f.Ok():
+		if err := r.await(ctx, p); err != nil {
+			if ctx.Err() != nil {
+				for _, q := range inflight[i:] {
+					r.pub.Forget(q.a)
+				}
+				return pending, nil
+			}
+			continue // timed out: the read below tells
+		}
+		if p.a.Err != nil {
+			wrong = wrong || fence.WrongLastSequence(p.a.Err)
+		} else {
 			r.setStoredFreed(p.m.seq, 0) // its bytes are freed below
-		case err := <-p.f.Err():
-			wrong = wrong || fence.WrongLastSequence(err)
-		case <-ctx.Done():
-			return pending, nil
 		}
 	}
 	if wrong {
@@ -418,6 +425,39 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	return rest, nil
 }
 
+// await waits until p's acknowledgement arrives (nil), its timeout passes
+// since it was sent (errAckTimeout; it is forgotten), or ctx ends.
+func (r *relay) await(ctx context.Context, p flight) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for !p.a.Done() {
+		left := time.Until(p.sent.Add(r.timeout))
+		if left <= 0 {
+			r.pub.Forget(p.a)
+			if p.a.Done() {
+				return nil // it came as it was forgotten
+			}
+			return fmt.Errorf("%w (%s)", errAckTimeout, r.timeout)
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+		} else {
+			timer.Reset(left)
+		}
+		select {
+		case <-r.acked:
+		case <-timer.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
 // lastStored reads the query's last line from the stream leader and returns
 // its Fleet-Seq if this attempt wrote it (after the claim no other attempt
 // can), else base. It retries until the stream answers or ctx ends.
@@ -448,15 +488,21 @@ func (r *relay) lastStored(ctx context.Context) (uint64, error) {
 	}
 }
 
+// message is m as a NATS message. The relay goroutine alone calls it and
+// publishes the result before the next call, so one message and its
+// header map serve every line: only the values that change are set.
 func (r *relay) message(m outMsg) *nats.Msg {
-	msg := nats.NewMsg(r.subject)
+	if r.msg == nil {
+		r.msg = nats.NewMsg(r.subject)
+		r.msg.Header.Set(protocol.HeaderAttempt, strconv.Itoa(r.attempt))
+		r.msg.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		r.msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.fence.Subject())
+	}
+	msg := r.msg
 	msg.Data = m.data
 	msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(m.seq, 10))
-	msg.Header.Set(protocol.HeaderAttempt, strconv.Itoa(r.attempt))
 	msg.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(r.tenant, r.id, r.attempt, m.seq))
-	msg.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.fence.Token(), 10))
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.fence.Subject())
 	return msg
 }
 

@@ -110,6 +110,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/internal/pull"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -171,9 +172,10 @@ type Config struct {
 	// stream's pace rather than spilling its journal to disk; keep it
 	// below the journal's SpillBytes.
 	QueueBytes int
-	// PublishTimeout bounds each publish's wait for its PubAck (async
-	// publishes fail with jetstream.ErrAsyncPublishTimeout after it), each
-	// ack and each read of the stream; failures are retried. Defaults to 5s.
+	// PublishTimeout bounds each publish's wait for its PubAck (a line
+	// whose acknowledgement does not come in time fails, and the relay
+	// recovers), each ack and each read of the stream; failures are
+	// retried. Defaults to 5s.
 	PublishTimeout time.Duration
 	// ClaimTimeout bounds the start of a run (reading the query's state,
 	// claiming it): a worker that cannot reach the stream in that time hands
@@ -304,8 +306,11 @@ type Worker struct {
 
 	// active are the runs the worker-wide .ctl subscription and heartbeat
 	// ticker act on (runs.go); ctlSub is that subscription.
-	active  active
-	ctlSub  *nats.Subscription
+	active active
+	ctlSub *nats.Subscription
+	// pub publishes the runs' lines (package jspub): one reply
+	// subscription for every line's acknowledgement.
+	pub     *jspub.Publisher
 	ackWait atomic.Int64 // the work consumer's AckWait, for the ticker
 	hbReset chan struct{}
 	hbStop  context.CancelFunc
@@ -318,12 +323,11 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.NC,
-		jetstream.WithPublishAsyncMaxPending(cfg.PublishWindow*cfg.Slots),
-		// A publish sent to a dying leader, or before a new one is elected,
-		// gets no reply at all: fail it in time so it is retried.
-		jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout),
-		jetstream.WithDefaultTimeout(cfg.PublishTimeout))
+	// Lines go out through package jspub (the relay); this context makes
+	// the other publishes and API calls. A request sent to a dying
+	// leader, or before a new one is elected, gets no reply at all: fail
+	// it in time so it is retried.
+	js, err := jetstream.New(cfg.NC, jetstream.WithDefaultTimeout(cfg.PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
@@ -335,6 +339,7 @@ func New(cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg:         cfg,
 		js:          js,
+		pub:         jspub.New(cfg.NC),
 		log:         cfg.Logger.With().Str("component", "worker").Str("worker", cfg.ID).Logger(),
 		metrics:     m,
 		names:       cfg.Names,
@@ -479,6 +484,7 @@ func (w *Worker) stop(ctx context.Context) error {
 		<-w.hbDone
 		_ = w.ctlSub.Unsubscribe()
 	}
+	_ = w.pub.Close() // no relay publishes any more
 	// Every job is over, so no sandbox destruction starts any more: wait for
 	// those under way.
 	cleaned := make(chan struct{})

@@ -121,15 +121,20 @@ func (l *Log) create() error {
 // Stop closed the files. On a write error nothing is recorded and the call
 // may be repeated with the same seq; on an fsync error (FsyncAlways) the line
 // is recorded and will be persisted, but may not survive a power loss.
-func (l *Log) Append(seq uint64, line []byte) error { return l.append(seq, line, false) }
+func (l *Log) Append(seq uint64, line []byte) error { return l.append(seq, line, false, false) }
+
+// AppendOwned is Append for a line the caller hands over and never
+// changes afterwards: a memory-first log holds it as it is, without a
+// copy (the relay hands over the copy it publishes).
+func (l *Log) AppendOwned(seq uint64, line []byte) error { return l.append(seq, line, false, true) }
 
 // AppendWhole is Append for a line that must also reach storage whole
 // (storage.LineKey): the caller sent it to the stream as a pointer because
 // it is too large for NATS. A memory-first log spills at once, and never
 // skips the line when the stream acknowledges its pointer.
-func (l *Log) AppendWhole(seq uint64, line []byte) error { return l.append(seq, line, true) }
+func (l *Log) AppendWhole(seq uint64, line []byte) error { return l.append(seq, line, true, false) }
 
-func (l *Log) append(seq uint64, line []byte, whole bool) error {
+func (l *Log) append(seq uint64, line []byte, whole, owned bool) error {
 	if len(line) > MaxLineBytes {
 		return fmt.Errorf("journal: append %s seq %d: %w: %d bytes, limit %d", l.key, seq, ErrInvalidLine, len(line), MaxLineBytes)
 	}
@@ -144,7 +149,7 @@ func (l *Log) append(seq uint64, line []byte, whole bool) error {
 	case seq <= l.lastSeq:
 		return fmt.Errorf("journal: append %s seq %d: %w (last seq %d)", l.key, seq, ErrSeqOrder, l.lastSeq)
 	case l.lazy:
-		l.hold(seq, line, whole)
+		l.hold(seq, line, whole, owned)
 		return nil
 	case l.f == nil:
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, ErrStopped)

@@ -36,8 +36,11 @@ type record struct {
 // hold keeps a line in memory (l.mu held) and spills when it must.
 // (It never calls LargeLineBytesFunc: the worker's asks the NATS
 // connection, whose lock a reconnect holds; AppendWhole says it instead.)
-func (l *Log) hold(seq uint64, line []byte, whole bool) {
-	l.mem = append(l.mem, memLine{seq: seq, line: bytes.Clone(line), at: l.j.cfg.Test.NowFunc(), whole: whole})
+func (l *Log) hold(seq uint64, line []byte, whole, owned bool) {
+	if !owned {
+		line = bytes.Clone(line)
+	}
+	l.mem = append(l.mem, memLine{seq: seq, line: line, at: l.j.cfg.Test.NowFunc(), whole: whole})
 	l.memBytes += int64(len(line)) + 1
 	l.lastSeq = seq
 	if l.memBytes > int64(l.j.cfg.SpillBytes) || whole {
