@@ -195,12 +195,17 @@ func (fp *fleetProcs) submit(t testing.TB, tenant, id, prompt string) {
 }
 
 // profile, when BENCH_PROFILE_DIR is set, takes CPU profiles of the three
-// processes for the given time (to see where a figure comes from); it
-// returns a function that waits for them.
+// processes for the given time, or BENCH_PROFILE_SECONDS (to see where a
+// figure comes from); it returns a function that waits for them.
 func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir == "" {
 		return func() {}
+	}
+	if v := os.Getenv("BENCH_PROFILE_SECONDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "BENCH_PROFILE_SECONDS")
+		d = time.Duration(n) * time.Second
 	}
 	var wg sync.WaitGroup
 	secs := strconv.Itoa(max(1, int(d.Seconds())))
