@@ -43,10 +43,10 @@ var errAckTimeout = errors.New("worker: no acknowledgement from the stream in ti
 // lines in flight; a line not acknowledged within timeout fails. The
 // lines not yet stored (queued or in flight) are bounded by bytes
 // (QueueBytes, below the journal's SpillBytes): beyond it the agent's pipe
-// waits. So an agent
-// writing faster than the stream stores is slowed to the stream's pace
-// instead of spilling the journal to disk, while lines NATS does not
-// acknowledge within the journal's SpillAfter (NATS away) still spill.
+// waits. So an agent writing faster than the stream stores is slowed to
+// the stream's pace instead of spilling the journal to disk, while lines
+// NATS does not acknowledge within the journal's SpillAfter (NATS away)
+// still spill.
 //
 // Each line carries the attempt's fence (see package fence): it is stored
 // only while the query's last status is this attempt's own. When a publish
