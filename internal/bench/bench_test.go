@@ -206,21 +206,24 @@ func (d dispatchShape) prompt() string {
 // workload; with more lines per job, fewer jobs keep the run bounded.
 func shapeFromEnv(t testing.TB, jobs int) dispatchShape {
 	d := dispatchShape{jobs: jobs, slots: 8}
-	num := func(name string, into *int, least int) {
-		if v := os.Getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			require.NoError(t, err, name)
-			require.GreaterOrEqual(t, n, least, name)
-			*into = n
-		}
-	}
-	num("BENCH_SLOTS", &d.slots, 1)
-	num("BENCH_LINES", &d.lines, 0) // 0: the 3-line echo (make bench/scale)
+	envInt(t, "BENCH_SLOTS", &d.slots, 1)
+	envInt(t, "BENCH_LINES", &d.lines, 0) // 0: the 3-line echo (make bench/scale)
 	if d.lines > 0 {
 		d.jobs = min(d.jobs, max(10, 200_000/d.lines))
 	}
-	num("BENCH_JOBS", &d.jobs, 1)
+	envInt(t, "BENCH_JOBS", &d.jobs, 1)
 	return d
+}
+
+// envInt sets *into from the environment variable name, if set; it must be
+// a whole number of at least least.
+func envInt(t testing.TB, name string, into *int, least int) {
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, name)
+		require.GreaterOrEqual(t, n, least, name)
+		*into = n
+	}
 }
 
 // cpuTime is this process's user+system CPU so far (getrusage, the counters
@@ -490,12 +493,7 @@ func rss(t testing.TB, sz sizes) (idle, base, delta float64) {
 func BenchmarkFleet(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
 		sz := full
-		if v := os.Getenv("BENCH_RELAY_LINES"); v != "" {
-			n, err := strconv.Atoi(v)
-			require.NoError(b, err, "BENCH_RELAY_LINES")
-			require.Positive(b, n, "BENCH_RELAY_LINES")
-			sz.relayLines = n
-		}
+		envInt(b, "BENCH_RELAY_LINES", &sz.relayLines, 1)
 		r := relay(b, sz)
 		figure("relay_lines_per_s", r.fleetRate, "lines/s")
 		figure("relay_baseline_lines_per_s", r.baseRate, "lines/s")

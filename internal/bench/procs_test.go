@@ -202,16 +202,12 @@ func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
 	if dir == "" {
 		return func() {}
 	}
-	if v := os.Getenv("BENCH_PROFILE_SECONDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err, "BENCH_PROFILE_SECONDS")
-		d = time.Duration(n) * time.Second
-	}
+	secs := max(1, int(d.Seconds()))
+	envInt(t, "BENCH_PROFILE_SECONDS", &secs, 1)
 	var wg sync.WaitGroup
-	secs := strconv.Itoa(max(1, int(d.Seconds())))
 	for name, addr := range map[string]string{"worker": fp.workerPprof, "dispatcher": fp.dispPprof, "nats": fp.natsProfile} {
 		wg.Go(func() {
-			resp, err := (&http.Client{Timeout: d + time.Minute}).Get("http://" + addr + "/debug/pprof/profile?seconds=" + secs)
+			resp, err := (&http.Client{Timeout: time.Duration(secs)*time.Second + time.Minute}).Get("http://" + addr + "/debug/pprof/profile?seconds=" + strconv.Itoa(secs))
 			if err != nil {
 				t.Logf("profile %s: %v", name, err)
 				return

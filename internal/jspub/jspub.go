@@ -144,39 +144,26 @@ func (p *Publisher) handle(m *nats.Msg) {
 var ErrInvalidAck = errors.New("jspub: invalid acknowledgement")
 
 // ParseAck reads a PubAck. The server writes a stored message's as
-// {"stream":"S","seq":N}: that exact shape is read by hand.
-// Anything else (an error, a duplicate's, another shape) is decoded with
-// encoding/json: an "error" gives a *jetstream.APIError, a reply without
-// a stream ErrInvalidAck.
+// {"stream":"S","seq":N}: that exact shape (a name without quotes or
+// escapes, a plain number, nothing after it) is read by hand. Anything
+// else (an error, a duplicate's, a domain) is decoded with encoding/json:
+// an "error" gives a *jetstream.APIError, a reply without a stream
+// ErrInvalidAck.
 func ParseAck(b []byte) (uint64, error) {
-	const head, key = `{"stream":"`, `,"seq":`
-	if !bytes.HasPrefix(b, []byte(head)) || bytes.Contains(b, []byte(`"error"`)) {
+	const head, key = `{"stream":"`, `","seq":`
+	rest, ok := bytes.CutPrefix(b, []byte(head))
+	if !ok {
 		return decodeAck(b)
 	}
-	i := bytes.Index(b, []byte(key))
-	if i < 0 {
+	i := bytes.Index(rest, []byte(key))
+	if i < 1 || bytes.ContainsAny(rest[:i], `"\`) {
 		return decodeAck(b)
 	}
-	// The name runs to the first quote; a backslash means escapes: slow.
-	name := b[len(head):i]
-	q := bytes.IndexByte(name, '"')
-	if q < 1 || bytes.IndexByte(name[:q], '\\') >= 0 {
+	digits, ok := bytes.CutSuffix(rest[i+len(key):], []byte("}"))
+	if !ok || len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
 		return decodeAck(b)
 	}
-	if q != len(name)-1 {
-		// Something between the name and ,"seq": (a domain): the key
-		// found may sit inside a value; let the decoder read it.
-		return decodeAck(b)
-	}
-	rest := b[i+len(key):]
-	n := 0
-	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
-		n++
-	}
-	if n == 0 || n > 20 || string(rest[n:]) != "}" || (rest[0] == '0' && n > 1) {
-		return decodeAck(b) // more fields (a duplicate's), or not a plain number
-	}
-	seq, err := strconv.ParseUint(string(rest[:n]), 10, 64)
+	seq, err := strconv.ParseUint(string(digits), 10, 64) // digits only
 	if err != nil {
 		return decodeAck(b)
 	}
