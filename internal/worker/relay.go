@@ -82,6 +82,9 @@ type relay struct {
 
 	seq uint64    // last assigned Fleet-Seq; only the emitting goroutine writes it
 	msg *nats.Msg // reused by message, on the publisher goroutine
+	// token is the fence token msg carries, tokenText its header value.
+	token     uint64
+	tokenText string
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -500,10 +503,23 @@ func (r *relay) message(m outMsg) *nats.Msg {
 	}
 	msg := r.msg
 	msg.Data = m.data
-	msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(m.seq, 10))
-	msg.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(r.tenant, r.id, r.attempt, m.seq))
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.fence.Token(), 10))
+	setHeader(msg.Header, protocol.HeaderSeq, strconv.FormatUint(m.seq, 10))
+	setHeader(msg.Header, protocol.HeaderMsgID, protocol.LineMsgID(r.tenant, r.id, r.attempt, m.seq))
+	if token := r.fence.Token(); token != r.token || r.tokenText == "" {
+		r.token, r.tokenText = token, strconv.FormatUint(token, 10)
+		setHeader(msg.Header, jetstream.ExpectedLastSubjSeqHeader, r.tokenText)
+	}
 	return msg
+}
+
+// setHeader sets key to v reusing the value's slice (nats.Header.Set
+// allocates a new one each time).
+func setHeader(h nats.Header, key, v string) {
+	if vs := h[key]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[key] = []string{v}
 }
 
 func (r *relay) drop(n int) {

@@ -73,7 +73,11 @@ func MayReportRateLimit(line []byte) bool {
 			return false
 		}
 		rest = rest[q:]
-		if bytes.EqualFold(rest[:len(key)], []byte(key)) {
+		// '_' folds to nothing else, and a match is all ASCII (a rune
+		// of two or more bytes would leave fewer runes than the key's in
+		// its bytes), so the key's two underscores sit at fixed offsets:
+		// checking them first spares EqualFold almost every quote.
+		if rest[4] == '_' && rest[10] == '_' && bytes.EqualFold(rest[:len(key)], []byte(key)) {
 			v := bytes.TrimLeft(rest[len(key):], " \t\r\n:")
 			if len(v) > 0 && v[0] != 'n' {
 				return true
