@@ -31,6 +31,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 func TestMain(m *testing.M) { fleettest.Main(m) }
@@ -41,10 +42,10 @@ func figure(name string, value float64, unit string) {
 
 // Sizes are the workloads; the smoke test shrinks them.
 type sizes struct {
-	relayLines, dispatchJobs, firstLineJobs, latencyLines, queuedJobs int
+	relayLines, relayRounds, dispatchJobs, firstLineJobs, latencyLines, queuedJobs int
 }
 
-var full = sizes{relayLines: 100_000, dispatchJobs: 1000, firstLineJobs: 200, latencyLines: 2000, queuedJobs: 10_000}
+var full = sizes{relayLines: 150_000, relayRounds: 3, dispatchJobs: 1000, firstLineJobs: 200, latencyLines: 2000, queuedJobs: 10_000}
 
 // terminalWatcher counts terminal status events.
 func terminalWatcher(t testing.TB, nc *nats.Conn, names protocol.Names) (chan protocol.StatusEvent, func()) {
@@ -73,55 +74,156 @@ func waitTerminal(t testing.TB, ch chan protocol.StatusEvent, n int, timeout tim
 }
 
 // relayResult is the relay benchmark's outcome: lines/s relayed by the
-// fleet and by raw async publishing, and the CPU each side spent per line.
+// fleet, by raw async publishing, and by raw async publishing with the
+// fence's headers, and the CPU each spent per line.
 type relayResult struct {
-	fleetRate, baseRate float64
-	// fleetCPU: nats-server + dispatcher + worker, from /proc, during the
-	// fleet's run; baseCPU: nats-server + the harness's publisher during
-	// the baseline.
-	fleetCPU, baseCPU time.Duration
-	// fleetProcs is fleetCPU by process; baseNats is nats-server's part
-	// of baseCPU.
+	fleet, base, fenced relayArm
+	// archive is the fleet after each query's terminal status, until its
+	// transcript is in storage (the archiver reading the lines back).
+	archive relayArm
+	// fleetProcs is fleet.cpu by process.
 	fleetProcs cpuSample
-	baseNats   time.Duration
-	lines      int
+	// roundRatios is fleet over baseline rate, round by round.
+	roundRatios []float64
+	lines       int
 }
 
-func (r relayResult) cpuUsPerLine(d time.Duration) float64 {
-	return float64(d) / float64(time.Microsecond) / float64(r.lines)
+// relayArm is one side of the relay benchmark, summed over the rounds:
+// lines sent, time taken, CPU spent (nats-server + dispatcher + worker for
+// the fleet; nats-server + the harness's publisher for a baseline) and
+// nats-server's part of it.
+type relayArm struct {
+	lines     int
+	took      time.Duration
+	cpu, nats time.Duration
 }
 
-// relay measures lines/s relayed from one agent writing n lines of 1 KiB
-// on the fleet as processes (nats-server, dispatcher, worker), beside raw
-// nats.go async publishing of the same payloads (same headers but the
-// fence's, the same window of 256 in flight) by the harness into a stream
-// configured like FLEET_QUERIES on the same server. The fleet's time runs
-// from the query's running status to its terminal one.
+func (a relayArm) rate() float64 { return float64(a.lines) / a.took.Seconds() }
+
+func (a relayArm) usPerLine(d time.Duration) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(a.lines)
+}
+
+func (a *relayArm) add(b relayArm) {
+	a.lines += b.lines
+	a.took += b.took
+	a.cpu += b.cpu
+	a.nats += b.nats
+}
+
+// relay measures lines/s relayed from one agent writing 1 KiB lines on the
+// fleet as processes (nats-server, dispatcher, worker), beside raw nats.go
+// async publishing of the same payloads by the harness (same headers but
+// the fence's, the same window of 256 in flight) into a stream configured
+// like FLEET_QUERIES on the same server. A third arm, the fenced baseline,
+// publishes raw with the fence's two headers too, against a status message,
+// into a stream with consumers like the dispatcher's: the server's share of
+// the fleet's guarantees (the fence's compare-and-set per line, and the
+// durable status index and archiver), without anything of the worker's.
+//
+// The lines are split into rounds (BENCH_RELAY_ROUNDS, 3) and the arms run
+// in a rotating order, each in every position once per three rounds, so a
+// drift in the host's speed (it is a shared VM: one arm alone swung 1.3x
+// within minutes) falls on every arm alike instead of on whichever ran in
+// the slow minute. Every arm starts on a quiet fleet (fleetProcs.settle):
+// measured back to back, the arm after the fleet's paid for the archiver
+// reading the fleet's transcript back, and the arm after a baseline's for
+// the deletion of its stream, which skewed a single pair by up to 1.5x
+// depending on the order. Each arm's rate is its lines over its summed
+// time. The fleet's time runs from a query's running status to its
+// terminal one; the archiving that follows is measured apart.
 func relay(t testing.TB, sz sizes) (r relayResult) {
-	r.lines = sz.relayLines
+	rounds := max(1, sz.relayRounds)
+	per := max(1, sz.relayLines/rounds)
+	r.lines = per * rounds
 	fp := startFleetProcs(t, 1)
-	ctx := context.Background()
+	for round := range rounds {
+		last := round == rounds-1
+		var base, fenced, fleet relayArm
+		arms := []func(){
+			func() { base = rawRelay(t, fp, round, per, false, last) },
+			func() { fenced = rawRelay(t, fp, round, per, true, last) },
+			func() {
+				var archive relayArm
+				fleet, archive = fleetRelay(t, fp, round, per, last, &r.fleetProcs)
+				r.archive.add(archive)
+			},
+		}
+		for i := range arms {
+			fp.settle(t)
+			arms[(i+round)%len(arms)]()
+		}
+		r.base.add(base)
+		r.fenced.add(fenced)
+		r.fleet.add(fleet)
+		r.roundRatios = append(r.roundRatios, fleet.rate()/base.rate())
+	}
+	return r
+}
 
-	// Baseline: raw nats.go async publish on the same server.
+// relayPayload is every relayed line: 1 KiB of JSON, as the stand-in's
+// size=1024 writes.
+var relayPayload = []byte(`{"type":"assistant","text":"` + strings.Repeat("x", 1024-30) + `"}`)
+
+// rawRelay publishes n lines with nats.go's async publishing (256 in
+// flight) into a fresh stream configured like FLEET_QUERIES, with the
+// fence's headers against a status message and three filtered durable
+// consumers if fenced. The stream is
+// deleted afterwards: its messages and their Msg-IDs (the server's
+// duplicate window holds each for two minutes) would otherwise cost the
+// server memory and GC time during the next arm.
+func rawRelay(t testing.TB, fp *fleetProcs, round, n int, fenced, profile bool) relayArm {
+	ctx := context.Background()
 	cfg := jetstream.StreamConfig{
 		Name: "BASELINE", Subjects: []string{"baseline.>"}, Retention: jetstream.LimitsPolicy,
 		Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute, AllowDirect: true,
 	}
 	_, err := fp.js.CreateOrUpdateStream(ctx, cfg)
 	require.NoError(t, err)
+	defer func() { require.NoError(t, fp.js.DeleteStream(ctx, cfg.Name)) }()
 	js, err := jetstream.New(fp.nc, jetstream.WithPublishAsyncMaxPending(256))
 	require.NoError(t, err)
-	payload := []byte(`{"type":"assistant","text":"` + strings.Repeat("x", 1024-30) + `"}`)
+	q := "q" + strconv.Itoa(round)
+	status := "baseline.default." + q + ".status"
+	var token string
+	if fenced {
+		// FLEET_QUERIES always has the dispatcher's durable consumers
+		// (status index and archiver on .status, sessions on .ctl); with
+		// any consumer, the server wakes a goroutine per stored message,
+		// matching or not.
+		for i, f := range []string{"baseline.*.*.status", "baseline.*.*.status", "baseline.*.*.ctl"} {
+			_, err := js.CreateOrUpdateConsumer(ctx, cfg.Name, jetstream.ConsumerConfig{
+				Durable: "c" + strconv.Itoa(i), FilterSubject: f, AckPolicy: jetstream.AckExplicitPolicy,
+			})
+			require.NoError(t, err)
+		}
+		ack, err := js.Publish(ctx, status, []byte(`{"state":"running"}`))
+		require.NoError(t, err)
+		token = strconv.FormatUint(ack.Sequence, 10)
+	}
+	prefix := "baseline-"
+	if fenced {
+		prefix = "fenced-"
+	}
+	wait := func() {}
+	if profile {
+		wait = fp.profile(t, prefix, time.Second)
+	}
+	defer wait()
 	c0, h0 := fp.cpu(t), cpuTime(t)
 	start := time.Now()
-	for i := range sz.relayLines {
-		m := nats.NewMsg("baseline.default.q.msg")
-		m.Data = payload
+	for i := range n {
+		m := nats.NewMsg("baseline.default." + q + ".msg")
+		m.Data = relayPayload
 		seq := strconv.Itoa(i + 1)
 		m.Header.Set(protocol.HeaderSeq, seq)
 		m.Header.Set(protocol.HeaderAttempt, "1")
-		m.Header.Set(protocol.HeaderMsgID, "q.1."+seq)
+		m.Header.Set(protocol.HeaderMsgID, "default."+q+".1."+seq)
 		m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		if fenced {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, status)
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, token)
+		}
 		for {
 			_, err = js.PublishMsgAsync(m)
 			if err == nil {
@@ -135,23 +237,30 @@ func relay(t testing.TB, sz sizes) (r relayResult) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("baseline publishes not acknowledged")
 	}
-	r.baseRate = float64(sz.relayLines) / time.Since(start).Seconds()
+	took := time.Since(start)
 	c1, h1 := fp.cpu(t), cpuTime(t)
-	r.baseCPU = c1.nats - c0.nats + h1 - h0
-	r.baseNats = c1.nats - c0.nats
-	// The baseline's stream goes before the fleet runs: its messages and
-	// their Msg-IDs (the server's duplicate window holds each for two
-	// minutes) would otherwise cost the server memory and GC time during
-	// the fleet's run, which the baseline never paid.
-	require.NoError(t, fp.js.DeleteStream(ctx, cfg.Name))
+	info, err := js.Stream(ctx, cfg.Name)
+	require.NoError(t, err)
+	want := uint64(n)
+	if fenced {
+		want++
+	}
+	require.Equal(t, want, info.CachedInfo().State.Msgs, "every baseline line stored")
+	return relayArm{lines: n, took: took, cpu: c1.nats - c0.nats + h1 - h0, nats: c1.nats - c0.nats}
+}
 
-	// The fleet: one agent writing the same number of 1 KiB lines.
+// fleetRelay runs one query whose agent writes n lines of 1 KiB and times
+// it from its running status to its terminal one; procs gets the fleet's
+// CPU by process added. The second arm is the archiving that follows:
+// from the terminal status until the transcript is in storage.
+func fleetRelay(t testing.TB, fp *fleetProcs, round, n int, profile bool, procs *cpuSample) (relayArm, relayArm) {
 	type stamp struct {
 		state protocol.State
 		at    time.Time
 	}
+	id := "relay-" + strconv.Itoa(round)
 	states := make(chan stamp, 16)
-	sub, err := fp.nc.Subscribe(fp.names.QueryStatus("default", "relay-1"), func(m *nats.Msg) {
+	sub, err := fp.nc.Subscribe(fp.names.QueryStatus("default", id), func(m *nats.Msg) {
 		var ev protocol.StatusEvent
 		if json.Unmarshal(m.Data, &ev) == nil {
 			states <- stamp{ev.State, time.Now()}
@@ -159,9 +268,13 @@ func relay(t testing.TB, sz sizes) (r relayResult) {
 	})
 	require.NoError(t, err)
 	defer func() { _ = sub.Unsubscribe() }()
-	c0 = fp.cpu(t)
-	waitProfiles := fp.profile(t, time.Duration(float64(sz.relayLines)/r.baseRate*float64(time.Second)))
-	fp.submit(t, "default", "relay-1", fmt.Sprintf("/standin lines=%d size=1024", sz.relayLines))
+	wait := func() {}
+	if profile {
+		wait = fp.profile(t, "", time.Second)
+	}
+	defer wait()
+	c0 := fp.cpu(t)
+	fp.submit(t, "default", id, fmt.Sprintf("/standin lines=%d size=1024", n))
 	var started time.Time
 	deadline := time.After(10 * time.Minute)
 	for {
@@ -177,15 +290,24 @@ func relay(t testing.TB, sz sizes) (r relayResult) {
 		if st.state.Terminal() {
 			require.Equal(t, protocol.StateSucceeded, st.state)
 			require.False(t, started.IsZero(), "no running status before the terminal one")
-			r.fleetRate = float64(sz.relayLines+3) / st.at.Sub(started).Seconds()
-			break
+			c1 := fp.cpu(t)
+			d := cpuSample{nats: c1.nats - c0.nats, dispatcher: c1.dispatcher - c0.dispatcher, worker: c1.worker - c0.worker}
+			procs.nats += d.nats
+			procs.dispatcher += d.dispatcher
+			procs.worker += d.worker
+			// The stand-in writes a system line, the n lines and a result.
+			relay := relayArm{lines: n + 3, took: st.at.Sub(started), cpu: d.nats + d.dispatcher + d.worker, nats: d.nats}
+			transcript := filepath.Join(fp.dataDir, filepath.FromSlash(storage.TranscriptKey("default", id)))
+			fleettest.Eventually(t, 5*time.Minute, func() bool {
+				_, err := os.Stat(transcript)
+				return err == nil
+			}, "the relay query's transcript archived")
+			c2 := fp.cpu(t)
+			archive := relayArm{lines: n + 3, took: time.Since(st.at),
+				cpu: c2.nats - c1.nats + c2.dispatcher - c1.dispatcher + c2.worker - c1.worker, nats: c2.nats - c1.nats}
+			return relay, archive
 		}
 	}
-	c1 = fp.cpu(t)
-	r.fleetProcs = cpuSample{nats: c1.nats - c0.nats, dispatcher: c1.dispatcher - c0.dispatcher, worker: c1.worker - c0.worker}
-	r.fleetCPU = r.fleetProcs.nats + r.fleetProcs.dispatcher + r.fleetProcs.worker
-	waitProfiles()
-	return r
 }
 
 // dispatchShape is the dispatch workload: how many jobs, how many run at once
@@ -297,7 +419,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	subs0 := fp.natsSubInserts(t)
 	c0, h0 := fp.cpu(t), cpuTime(t)
 	start = time.Now()
-	waitProfiles := fp.profile(t, time.Duration(float64(d.jobs)/r.baseRate*float64(time.Second)))
+	waitProfiles := fp.profile(t, "", time.Duration(float64(d.jobs)/r.baseRate*float64(time.Second)))
 	for i := range d.jobs {
 		fp.submit(t, "default", "d"+strconv.Itoa(i), d.prompt())
 	}
@@ -494,17 +616,30 @@ func BenchmarkFleet(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
 		sz := full
 		envInt(b, "BENCH_RELAY_LINES", &sz.relayLines, 1)
+		envInt(b, "BENCH_RELAY_ROUNDS", &sz.relayRounds, 1)
 		r := relay(b, sz)
-		figure("relay_lines_per_s", r.fleetRate, "lines/s")
-		figure("relay_baseline_lines_per_s", r.baseRate, "lines/s")
-		figure("relay_ratio", r.fleetRate/r.baseRate, "ratio")
-		figure("relay_fleet_cpu_us_per_line", r.cpuUsPerLine(r.fleetCPU), "us")
-		figure("relay_baseline_cpu_us_per_line", r.cpuUsPerLine(r.baseCPU), "us")
-		figure("relay_worker_cpu_us_per_line", r.cpuUsPerLine(r.fleetProcs.worker), "us")
-		figure("relay_dispatcher_cpu_us_per_line", r.cpuUsPerLine(r.fleetProcs.dispatcher), "us")
-		figure("relay_nats_cpu_us_per_line", r.cpuUsPerLine(r.fleetProcs.nats), "us")
-		figure("relay_baseline_nats_cpu_us_per_line", r.cpuUsPerLine(r.baseNats), "us")
-		b.ReportMetric(r.fleetRate/r.baseRate, "relay_ratio")
+		fmt.Printf("# relay: %d lines of 1 KiB in %d rounds; fleet/baseline by round:", r.lines, len(r.roundRatios))
+		for _, x := range r.roundRatios {
+			fmt.Printf(" %.3f", x)
+		}
+		fmt.Println()
+		figure("relay_lines_per_s", r.fleet.rate(), "lines/s")
+		figure("relay_baseline_lines_per_s", r.base.rate(), "lines/s")
+		figure("relay_ratio", r.fleet.rate()/r.base.rate(), "ratio")
+		figure("relay_fenced_baseline_lines_per_s", r.fenced.rate(), "lines/s")
+		figure("relay_fenced_baseline_ratio", r.fenced.rate()/r.base.rate(), "ratio")
+		figure("relay_to_fenced_baseline_ratio", r.fleet.rate()/r.fenced.rate(), "ratio")
+		figure("relay_fleet_cpu_us_per_line", r.fleet.usPerLine(r.fleet.cpu), "us")
+		figure("relay_baseline_cpu_us_per_line", r.base.usPerLine(r.base.cpu), "us")
+		figure("relay_fenced_baseline_cpu_us_per_line", r.fenced.usPerLine(r.fenced.cpu), "us")
+		figure("relay_worker_cpu_us_per_line", r.fleet.usPerLine(r.fleetProcs.worker), "us")
+		figure("relay_dispatcher_cpu_us_per_line", r.fleet.usPerLine(r.fleetProcs.dispatcher), "us")
+		figure("relay_nats_cpu_us_per_line", r.fleet.usPerLine(r.fleet.nats), "us")
+		figure("relay_baseline_nats_cpu_us_per_line", r.base.usPerLine(r.base.nats), "us")
+		figure("relay_fenced_baseline_nats_cpu_us_per_line", r.fenced.usPerLine(r.fenced.nats), "us")
+		figure("relay_archive_lines_per_s", r.archive.rate(), "lines/s")
+		figure("relay_archive_cpu_us_per_line", r.archive.usPerLine(r.archive.cpu), "us")
+		b.ReportMetric(r.fleet.rate()/r.base.rate(), "relay_ratio")
 	})
 	b.Run("dispatch", func(b *testing.B) {
 		d := shapeFromEnv(b, full.dispatchJobs)
@@ -559,10 +694,12 @@ func TestBenchmarksRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole fleet several times; skipped with -short")
 	}
-	tiny := sizes{relayLines: 500, dispatchJobs: 16, firstLineJobs: 3, latencyLines: 20, queuedJobs: 50}
+	tiny := sizes{relayLines: 500, relayRounds: 2, dispatchJobs: 16, firstLineJobs: 3, latencyLines: 20, queuedJobs: 50}
 	rr := relay(t, tiny)
-	require.Positive(t, rr.fleetRate)
-	require.Positive(t, rr.baseRate)
+	require.Positive(t, rr.fleet.rate())
+	require.Positive(t, rr.base.rate())
+	require.Positive(t, rr.fenced.rate())
+	require.Len(t, rr.roundRatios, tiny.relayRounds)
 	r := dispatch(t, dispatchShape{jobs: tiny.dispatchJobs, slots: 4})
 	require.Positive(t, r.fleetRate)
 	require.Positive(t, r.baseRate)

@@ -36,6 +36,7 @@ type fleetProcs struct {
 	workerPprof, dispPprof   string
 	natsProfile              string
 	natsMonitor              string
+	dataDir                  string // the file:// storage of dispatcher and worker
 }
 
 type binaries struct{ nats, dispatcher, worker, agent string }
@@ -123,7 +124,8 @@ func startFleetProcs(t testing.TB, slots int) *fleetProcs {
 		return err == nil
 	}, "nats-server ready")
 
-	storage := "file://" + filepath.Join(dir, "data")
+	fp.dataDir = filepath.Join(dir, "data")
+	storage := "file://" + fp.dataDir
 	dispHTTP := freePort(t)
 	dargs := []string{"serve", "--nats-url", url, "--storage", storage, "--http", dispHTTP,
 		"--max-concurrency", strconv.Itoa(max(64, slots))}
@@ -194,10 +196,27 @@ func (fp *fleetProcs) submit(t testing.TB, tenant, id, prompt string) {
 	require.NoError(t, err)
 }
 
+// settle waits until the fleet's processes are quiet (under 5% of a core
+// over 200 ms, up to 10 s), so that one measurement does not pay for the
+// work another left behind: a deleted stream's files, an archiver still
+// reading a transcript back.
+func (fp *fleetProcs) settle(t testing.TB) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c0 := fp.cpu(t)
+		time.Sleep(200 * time.Millisecond)
+		c1 := fp.cpu(t)
+		if c1.nats-c0.nats+c1.dispatcher-c0.dispatcher+c1.worker-c0.worker <= 10*time.Millisecond {
+			return
+		}
+	}
+	t.Logf("the fleet did not quiet down in 10 s; measuring anyway")
+}
+
 // profile, when BENCH_PROFILE_DIR is set, takes CPU profiles of the three
 // processes for the given time, or BENCH_PROFILE_SECONDS (to see where a
 // figure comes from); it returns a function that waits for them.
-func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
+func (fp *fleetProcs) profile(t testing.TB, prefix string, d time.Duration) func() {
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir == "" {
 		return func() {}
@@ -213,7 +232,7 @@ func (fp *fleetProcs) profile(t testing.TB, d time.Duration) func() {
 				return
 			}
 			defer resp.Body.Close()
-			f, err := os.Create(filepath.Join(dir, name+".prof"))
+			f, err := os.Create(filepath.Join(dir, prefix+name+".prof"))
 			if err != nil {
 				t.Logf("profile %s: %v", name, err)
 				return
