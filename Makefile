@@ -43,7 +43,7 @@ soak/short: ## the soak with 40 jobs (`make test` runs 24)
 bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
 	@log=$$(mktemp); \
 	if $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
-		grep -E '^[a-z_0-9]+ [0-9.]+ [a-zA-Z/]+$$' $$log; echo "(full output: $$log)"; \
+		grep -E '^([a-z_0-9]+ [0-9.]+ [a-zA-Z/]+|# .*)$$' $$log; echo "(full output: $$log)"; \
 	else cat $$log; exit 1; fi
 
 bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 lines per job (BENCH_SLOTS, BENCH_LINES, BENCH_JOBS)
@@ -57,8 +57,9 @@ bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 line
 bench/failover: ## the stall after each kind of leader kill on a 3-node cluster, p50/max over FLEET_FAILOVER_KILLS (10) kills each
 	@$(GO) test -run '^$$' -bench BenchmarkClusterFailover -benchtime 1x -timeout 60m ./internal/e2e/ | grep -E '^failover_'
 
-bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included)
+bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included), and the server's share of the guarantees per line
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
+	@$(GO) test -run '^$$' -bench BenchmarkServerShare -benchtime 1x ./internal/bench/ | grep -E '^server_share_'
 
 cluster: build ## the fleet on a 3-node JetStream cluster on this machine (deploy/nats/cluster), until Ctrl-C
 	./scripts/cluster.sh

@@ -700,6 +700,9 @@ func TestBenchmarksRun(t *testing.T) {
 	require.Positive(t, rr.base.rate())
 	require.Positive(t, rr.fenced.rate())
 	require.Len(t, rr.roundRatios, tiny.relayRounds)
+	for _, us := range serverShare(t, 1, 20) {
+		require.Positive(t, us)
+	}
 	r := dispatch(t, dispatchShape{jobs: tiny.dispatchJobs, slots: 4})
 	require.Positive(t, r.fleetRate)
 	require.Positive(t, r.baseRate)
