@@ -224,19 +224,9 @@ func rawRelay(t testing.TB, fp *fleetProcs, round, n int, fenced, profile bool) 
 			m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, status)
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, token)
 		}
-		for {
-			_, err = js.PublishMsgAsync(m)
-			if err == nil {
-				break
-			}
-			<-js.PublishAsyncComplete()
-		}
+		publishAsync(js, m)
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(5 * time.Minute):
-		t.Fatal("baseline publishes not acknowledged")
-	}
+	waitPublished(t, js)
 	took := time.Since(start)
 	c1, h1 := fp.cpu(t), cpuTime(t)
 	info, err := js.Stream(ctx, cfg.Name)
@@ -247,6 +237,26 @@ func rawRelay(t testing.TB, fp *fleetProcs, round, n int, fenced, profile bool) 
 	}
 	require.Equal(t, want, info.CachedInfo().State.Msgs, "every baseline line stored")
 	return relayArm{lines: n, took: took, cpu: c1.nats - c0.nats + h1 - h0, nats: c1.nats - c0.nats}
+}
+
+// publishAsync publishes m asynchronously, waiting for room when the
+// window of publishes in flight is full.
+func publishAsync(js jetstream.JetStream, m *nats.Msg) {
+	for {
+		if _, err := js.PublishMsgAsync(m); err == nil {
+			return
+		}
+		<-js.PublishAsyncComplete()
+	}
+}
+
+// waitPublished waits until every asynchronous publish of js is acknowledged.
+func waitPublished(t testing.TB, js jetstream.JetStream) {
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		t.Fatal("asynchronous publishes not acknowledged in 5 minutes")
+	}
 }
 
 // fleetRelay runs one query whose agent writes n lines of 1 KiB and times

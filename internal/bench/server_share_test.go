@@ -81,18 +81,9 @@ func serverShare(t testing.TB, rounds, per int) (us [shareVariants]float64) {
 					m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, status)
 					m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, token)
 				}
-				for {
-					if _, err = pub.PublishMsgAsync(m); err == nil {
-						break
-					}
-					<-pub.PublishAsyncComplete()
-				}
+				publishAsync(pub, m)
 			}
-			select {
-			case <-pub.PublishAsyncComplete():
-			case <-time.After(5 * time.Minute):
-				t.Fatal("publishes not acknowledged")
-			}
+			waitPublished(t, pub)
 			took[v] += time.Since(start)
 			if v == shareConsumers {
 				for c := range 3 {
