@@ -108,8 +108,10 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	life, end := context.WithCancel(context.Background())
+	rd := NewReader(cfg.NC, cfg.Names, cfg.Store)
+	rd.js = js // long transcripts through a consumer (reader.go)
 	return &Service{
-		cfg: cfg, js: js, rd: NewReader(cfg.NC, cfg.Names, cfg.Store),
+		cfg: cfg, js: js, rd: rd,
 		log:   cfg.Logger.With().Str("component", "archiver").Logger(),
 		slots: make(chan struct{}, cfg.Workers), quit: make(chan struct{}), life: life, end: end,
 	}, nil

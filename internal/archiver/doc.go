@@ -14,7 +14,12 @@
 //     consumer keeps its place);
 //   - it gathers terminal statuses into batches (Config.Batch, up to
 //     Config.Linger after the first), and for each query reads its .msg
-//     lines with batched direct gets (one request per 1,000 lines, Reader);
+//     lines (Reader): the first 256 with one batched direct get, the rest,
+//     if any, through one ephemeral consumer (in memory, no acks, deleted
+//     after the read), whose deliveries carry none of the six headers the
+//     server adds to every line a direct get returns; if no consumer can be
+//     made, direct gets of 1,000 lines read the rest; a worker's Reader
+//     (merging chunks it stored late) uses direct gets only;
 //     a terminal status is published only after every line of its attempt
 //     is stored, so the lines are all there; when the status says a higher
 //     last seq than the read found (a replica behind), it retries;
