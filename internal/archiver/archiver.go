@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -130,7 +131,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return errors.New("archiver: already started")
 	}
 	n := s.cfg.Names
-	c, err := s.js.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
+	c, err := provision.Consumer(ctx, s.js, n.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:       s.cfg.Consumer,
 		FilterSubject: n.StatusWildcard(),
 		AckPolicy:     jetstream.AckExplicitPolicy,

@@ -165,7 +165,7 @@ func (s *Service) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.api = svc
 	s.mu.Unlock()
-	idx, err := s.js.CreateOrUpdateConsumer(ctx, n.QueriesStream(), jetstream.ConsumerConfig{
+	idx, err := provision.Consumer(ctx, s.js, n.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:       StatusConsumer,
 		FilterSubject: n.StatusWildcard(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -190,7 +190,7 @@ func (s *Service) start(ctx context.Context) error {
 	s.indexDone = indexDone
 	s.mu.Unlock()
 	go s.indexLoop(cc, indexQ, indexDone)
-	dlq, err := s.js.CreateOrUpdateConsumer(ctx, n.AdvisoryStream(), jetstream.ConsumerConfig{
+	dlq, err := provision.Consumer(ctx, s.js, n.AdvisoryStream(), jetstream.ConsumerConfig{
 		Durable:       DLQConsumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,

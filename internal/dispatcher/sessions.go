@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -44,7 +45,7 @@ func (s *Service) startSessions(ctx context.Context) error {
 			return fmt.Errorf("dispatcher: endpoint %s: %w", op, err)
 		}
 	}
-	c, err := s.js.CreateOrUpdateConsumer(ctx, s.names.QueriesStream(), jetstream.ConsumerConfig{
+	c, err := provision.Consumer(ctx, s.js, s.names.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:       SessionsConsumer,
 		FilterSubject: s.names.CtlWildcard(), // parked statuses come from the index (index.go)
 		AckPolicy:     jetstream.AckExplicitPolicy,

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -140,11 +141,32 @@ func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		},
 	}
 	for _, sc := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		err := Retry(ctx, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, sc)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("provision: stream %s: %w", sc.Name, err)
 		}
 	}
-	_, err := js.CreateOrUpdateConsumer(ctx, n.JobsStream(), jetstream.ConsumerConfig{
+	if _, err := Consumer(ctx, js, n.JobsStream(), workConsumer(n, cfg)); err != nil {
+		return fmt.Errorf("provision: consumer %s: %w", n.Consumer(), err)
+	}
+	return nil
+}
+
+// Consumer creates or updates a durable consumer, through Retry.
+func Consumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (c jetstream.Consumer, err error) {
+	err = Retry(ctx, func(ctx context.Context) error {
+		c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		return err
+	})
+	return c, err
+}
+
+// workConsumer is the work consumer's configuration.
+func workConsumer(n protocol.Names, cfg Config) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
 		Durable:     n.Consumer(),
 		Description: "agentfleet workers: one admitted job per free slot",
 		// Only admitted jobs: the dispatcher's admitter moves them here
@@ -157,9 +179,67 @@ func Streams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		MaxAckPending: cfg.MaxConcurrency,
 		MaxWaiting:    cfg.MaxWaiting,
 		Replicas:      cfg.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("provision: consumer %s: %w", n.Consumer(), err)
 	}
-	return nil
+}
+
+// attemptTimeout bounds each try of a JetStream API request that Retry
+// repeats.
+var attemptTimeout = 10 * time.Second
+
+// Retry runs fn, a JetStream API request that is safe to repeat (a create
+// or update to a given configuration), with a context of at most
+// attemptTimeout, until it succeeds, fails for good, or ctx ends; between
+// tries it waits 100 ms, doubling up to 2 s.
+//
+// On a cluster a request can go unanswered (the meta leader changed while
+// it was in flight, or none is elected yet) and nats.go waits for its
+// whole context: a dispatcher starting during an election, or on a loaded
+// machine, waited out its start timeout on one lost reply (a CI run:
+// "provision: stream FLEET_ADVISORIES: context deadline exceeded" after
+// 2 minutes, the three streams before it made). A try that times out, finds
+// no responders, or gets a "cluster not available", "no suitable peers" or
+// 503 answer is tried again; any other error is returned at once.
+func Retry(ctx context.Context, fn func(context.Context) error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := fn(actx)
+		cancel()
+		if err == nil || !transient(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// Server error codes of a cluster that cannot place or answer yet.
+const (
+	errCodeClusterNoPeers   jetstream.ErrorCode = 10005
+	errCodeClusterNotAvail  jetstream.ErrorCode = 10008
+	errCodeClusterNotLeader jetstream.ErrorCode = 10009
+)
+
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
+		return true
+	case errors.As(err, &apiErr):
+		switch apiErr.ErrorCode {
+		case errCodeClusterNoPeers, errCodeClusterNotAvail, errCodeClusterNotLeader:
+			return true
+		}
+		return apiErr.Code == 503
+	}
+	return false
 }
