@@ -10,9 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -33,15 +35,23 @@ type readerFixture struct {
 
 func newReaderFixture(t *testing.T, n int, cfg func(*jetstream.StreamConfig)) *readerFixture {
 	_, nc, js := natstest.RunJetStream(t)
+	return fillReaderFixture(t, nc, js, n, cfg)
+}
+
+func fillReaderFixture(t *testing.T, nc *nats.Conn, js jetstream.JetStream, n int, cfg func(*jetstream.StreamConfig)) *readerFixture {
 	f := &readerFixture{nc: nc, js: js, names: protocol.NewNames("")}
 	f.stream = f.names.QueriesStream()
 	sc := jetstream.StreamConfig{Name: f.stream, Subjects: []string{f.names.QueriesWildcard()}, AllowDirect: true}
 	if cfg != nil {
 		cfg(&sc)
 	}
-	ctx := context.Background()
-	_, err := js.CreateStream(ctx, sc)
-	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// On a loaded cluster a create's reply can be lost: provisioning's retry.
+	require.NoError(t, provision.Retry(ctx, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, sc)
+		return err
+	}))
 	store, err := storage.NewFS(t.TempDir())
 	require.NoError(t, err)
 	f.store = store
@@ -172,4 +182,29 @@ func TestReaderFallsBackToDirectGets(t *testing.T) {
 	require.True(t, complete)
 	require.Equal(t, f.want, lines)
 	require.Equal(t, 1, f.consumers(t))
+}
+
+// TestReaderLongTranscriptOnACluster: on a 3-node cluster with an R3
+// stream (direct gets may be answered by any replica; the read-back
+// consumer has one replica, in memory, on an R3 stream), the archiver's
+// Reader gets every line and leaves no consumer behind.
+func TestReaderLongTranscriptOnACluster(t *testing.T) {
+	c := natstest.RunCluster(t, natstest.ClusterOptions(t, 3))
+	nc, err := nats.Connect(c.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	f := fillReaderFixture(t, nc, js, 1200, func(c *jetstream.StreamConfig) { c.Replicas = 3 })
+	created := count(t, f.nc, "$JS.EVENT.ADVISORY.CONSUMER.CREATED."+f.stream+".*")
+	// A replica answering a direct get may not have the last lines yet:
+	// the archiver reads again then (it compares with the terminal
+	// status), and so does this test.
+	require.Eventually(t, func() bool {
+		lines, complete, err := f.reader(true).Lines(context.Background(), "t", "q")
+		require.NoError(t, err)
+		return complete && len(lines) == len(f.want) && assert.ObjectsAreEqual(f.want, lines)
+	}, time.Minute, 50*time.Millisecond, "every line read back")
+	require.Positive(t, created.Load(), "read through a consumer")
+	require.Eventually(t, func() bool { return f.consumers(t) == 0 }, time.Minute, 50*time.Millisecond, "no consumer left")
 }
