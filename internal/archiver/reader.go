@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -193,6 +194,9 @@ func (r *Reader) page(ctx context.Context, subj string, from uint64, batch int, 
 	}
 }
 
+// createTimeout bounds the read-back consumer's create.
+const createTimeout = 5 * time.Second
+
 // errNoConsumer: the read-back consumer could not be made.
 var errNoConsumer = errors.New("archiver: no read-back consumer")
 
@@ -202,7 +206,11 @@ var errNoConsumer = errors.New("archiver: no read-back consumer")
 // server counts nothing pending after, or at an empty pull.
 func (r *Reader) consume(ctx context.Context, subj string, from uint64, add func(nats.Header, []byte) error) error {
 	stream := r.names.QueriesStream()
-	c, err := r.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+	// Bounded apart from the read: a create left unanswered (a cluster
+	// electing its meta leader) must leave time for the direct gets.
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	c, err := r.js.CreateConsumer(cctx, stream, jetstream.ConsumerConfig{
 		FilterSubject: subj,
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:   from,
