@@ -77,8 +77,20 @@ func fillReaderFixture(t *testing.T, nc *nats.Conn, js jetstream.JetStream, n in
 			m.Data = data
 			m.Header.Set(protocol.HeaderSeq, strconv.Itoa(seq))
 			m.Header.Set(protocol.HeaderAttempt, strconv.Itoa(attempt))
-			_, err := pub.PublishMsgAsync(m)
-			require.NoError(t, err)
+			// A full window of publishes in flight (a loaded cluster
+			// acknowledges slowly) says so with an error: wait for room.
+			for {
+				_, err := pub.PublishMsgAsync(m)
+				if err == nil {
+					break
+				}
+				require.ErrorIs(t, err, jetstream.ErrTooManyStalledMsgs)
+				select {
+				case <-pub.PublishAsyncComplete():
+				case <-time.After(time.Minute):
+					t.Fatal("publishes in flight not acknowledged in a minute")
+				}
+			}
 		}
 	}
 	select {
