@@ -91,9 +91,9 @@ func serverShare(t testing.TB, rounds, per int) (us [shareVariants]float64) {
 				}
 			}
 			// Every line stored: none refused by the fence.
-			last, err := js.Stream(ctx, stream)
+			st, err := js.Stream(ctx, stream)
 			require.NoError(t, err)
-			m, err := last.GetLastMsgForSubject(ctx, "fleet.query.default."+q+".msg")
+			m, err := st.GetLastMsgForSubject(ctx, "fleet.query.default."+q+".msg")
 			require.NoError(t, err)
 			require.Equal(t, strconv.Itoa(per), m.Header.Get(protocol.HeaderSeq))
 		}

@@ -208,9 +208,6 @@ func Retry(ctx context.Context, fn func(context.Context) error) error {
 		if err == nil || !transient(err) {
 			return err
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
-		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

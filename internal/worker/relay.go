@@ -82,9 +82,10 @@ type relay struct {
 
 	seq uint64    // last assigned Fleet-Seq; only the emitting goroutine writes it
 	msg *nats.Msg // reused by message, on the publisher goroutine
-	// token is the fence token msg carries, tokenText its header value.
-	token     uint64
-	tokenText string
+	// token is the fence token msg carries.
+	token uint64
+	// ackTimer times await out; the publisher goroutine reuses it.
+	ackTimer *time.Timer
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -431,10 +432,9 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 // await waits until p's acknowledgement arrives (nil), its timeout passes
 // since it was sent (errAckTimeout; it is forgotten), or ctx ends.
 func (r *relay) await(ctx context.Context, p flight) error {
-	var timer *time.Timer
 	defer func() {
-		if timer != nil {
-			timer.Stop()
+		if r.ackTimer != nil {
+			r.ackTimer.Stop()
 		}
 	}()
 	for !p.a.Done() {
@@ -446,14 +446,14 @@ func (r *relay) await(ctx context.Context, p flight) error {
 			}
 			return fmt.Errorf("%w (%s)", errAckTimeout, r.timeout)
 		}
-		if timer == nil {
-			timer = time.NewTimer(left)
+		if r.ackTimer == nil {
+			r.ackTimer = time.NewTimer(left)
 		} else {
-			timer.Reset(left)
+			r.ackTimer.Reset(left) // no stale fire to drain since Go 1.23
 		}
 		select {
 		case <-r.acked:
-		case <-timer.C:
+		case <-r.ackTimer.C:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -495,19 +495,22 @@ func (r *relay) lastStored(ctx context.Context) (uint64, error) {
 // publishes the result before the next call, so one message and its
 // header map serve every line: only the values that change are set.
 func (r *relay) message(m outMsg) *nats.Msg {
+	token := r.fence.Token()
 	if r.msg == nil {
 		r.msg = nats.NewMsg(r.subject)
 		r.msg.Header.Set(protocol.HeaderAttempt, strconv.Itoa(r.attempt))
 		r.msg.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 		r.msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.fence.Subject())
+		r.msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(token, 10))
+		r.token = token
 	}
 	msg := r.msg
 	msg.Data = m.data
 	setHeader(msg.Header, protocol.HeaderSeq, strconv.FormatUint(m.seq, 10))
 	setHeader(msg.Header, protocol.HeaderMsgID, protocol.LineMsgID(r.tenant, r.id, r.attempt, m.seq))
-	if token := r.fence.Token(); token != r.token || r.tokenText == "" {
-		r.token, r.tokenText = token, strconv.FormatUint(token, 10)
-		setHeader(msg.Header, jetstream.ExpectedLastSubjSeqHeader, r.tokenText)
+	if token != r.token {
+		r.token = token
+		setHeader(msg.Header, jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(token, 10))
 	}
 	return msg
 }
