@@ -118,13 +118,20 @@ func (s *FS) Create(ctx context.Context, key string, value []byte) error {
 // (rename, or link when exclusive), then syncs the directory.
 func (s *FS) write(ctx context.Context, op, key, p string, fill func(*os.File) error, exclusive bool) (err error) {
 	dir := filepath.Dir(p)
-	if err := s.mkdirs(dir); err != nil {
-		if errors.Is(err, syscall.ENOTDIR) {
-			return s.conflict(op, key)
-		}
-		return fmt.Errorf("fs: %s %q: %w", op, key, err)
-	}
 	f, err := os.CreateTemp(dir, "~tmp-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		// A new directory: make it (only now; it usually exists).
+		if err := s.mkdirs(dir); err != nil {
+			if errors.Is(err, syscall.ENOTDIR) {
+				return s.conflict(op, key)
+			}
+			return fmt.Errorf("fs: %s %q: %w", op, key, err)
+		}
+		f, err = os.CreateTemp(dir, "~tmp-*")
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		return s.conflict(op, key)
+	}
 	if err != nil {
 		return fmt.Errorf("fs: %s %q: %w", op, key, err)
 	}
@@ -221,18 +228,6 @@ func (s *FS) mkdirsSync(dir string, sync bool) error {
 
 func (s *FS) conflict(op, key string) error {
 	return fmt.Errorf("fs: %s %q: a stored key is a directory prefix of this one or the other way round (FS cannot hold both a/b and a/b/c): %w", op, key, ErrInvalidKey)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return err
-	}
-	return nil
 }
 
 // Get implements Store.

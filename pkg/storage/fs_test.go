@@ -84,6 +84,40 @@ func TestFSKeyAndDirectoryConflict(t *testing.T) {
 	requireGet(t, s, "a/b", "now a file")
 }
 
+// PutBatch makes a key's directory only when staging finds it missing:
+// new nested directories, existing ones, and a file in the way (an error
+// wrapping ErrInvalidKey, with nothing of the batch left behind).
+func TestFSPutBatchDirectories(t *testing.T) {
+	t.Parallel()
+	s := newFS(t)
+	ctx := t.Context()
+	require.NoError(t, s.Put(ctx, "status/t/old.json", []byte("old")))
+	require.NoError(t, s.PutBatch(ctx, []storage.Object{
+		{Key: "status/t/old.json", Value: []byte("new")},
+		{Key: "queries/t/q1/transcript.ndjson", Value: []byte("line\n")},
+		{Key: "queries/t/q1/lines/1.json", Value: []byte("{}")},
+		{Key: "status/t/q1.json", Value: []byte("s")},
+	}))
+	requireGet(t, s, "status/t/old.json", "new")
+	requireGet(t, s, "queries/t/q1/transcript.ndjson", "line\n")
+	requireGet(t, s, "queries/t/q1/lines/1.json", "{}")
+	requireGet(t, s, "status/t/q1.json", "s")
+
+	err := s.PutBatch(ctx, []storage.Object{
+		{Key: "status/t/q2.json", Value: []byte("s")},
+		{Key: "status/t/old.json/x", Value: []byte("v")},
+	})
+	require.ErrorIs(t, err, storage.ErrInvalidKey)
+	requireGet(t, s, "status/t/old.json", "new")
+	_, err = s.Get(ctx, "status/t/q2.json")
+	require.ErrorIs(t, err, storage.ErrNotFound, "a failed batch renames nothing")
+	require.NoError(t, filepath.WalkDir(s.Root(), func(p string, d os.DirEntry, err error) error {
+		require.NoError(t, err)
+		require.False(t, strings.HasPrefix(d.Name(), "~tmp-"), "temporary file left: %s", p)
+		return nil
+	}))
+}
+
 func TestNewFSRejectsAFile(t *testing.T) {
 	t.Parallel()
 	f := filepath.Join(t.TempDir(), "file")
