@@ -52,8 +52,9 @@ type cgroupContainment struct {
 	base  string
 	kill  bool // cgroup.kill exists (Linux 5.14+)
 	seq   atomic.Int64
-	noFD  atomic.Bool // clone3 CLONE_INTO_CGROUP failed once: move the pid after start instead
-	sweep int         // stale groups of dead workers removed at start (for the log)
+	runs  atomic.Int64 // groups made and not yet released: base is removed when none is left
+	noFD  atomic.Bool  // clone3 CLONE_INTO_CGROUP failed once: move the pid after start instead
+	sweep int          // stale groups of dead workers removed at start (for the log)
 }
 
 // cgroupBase finds the worker's cgroup v2 group and creates (once per worker
@@ -207,13 +208,16 @@ func (c *cgroupContainment) newRun(sandboxID, procID string) (containedRun, erro
 		name = name[:200]
 	}
 	dir := filepath.Join(c.base, name)
-	// Base too: release removes it when its last run ends, which may be
-	// right between MkdirAll's making of base and of dir; then again.
-	err := os.MkdirAll(dir, 0o755)
-	for i := 0; i < 10 && errors.Is(err, os.ErrNotExist); i++ {
+	c.runs.Add(1)
+	// Base is usually there (one mkdir, where MkdirAll would stat twice
+	// first). release removes it when its last run ends, which may be
+	// right between the making of base and of dir; then again.
+	err := unix.Mkdir(dir, 0o755)
+	for i := 0; i < 10 && errors.Is(err, unix.ENOENT); i++ {
 		err = os.MkdirAll(dir, 0o755)
 	}
 	if err != nil {
+		c.runs.Add(-1)
 		return nil, fmt.Errorf("sandbox: create cgroup %s: %w: %v", dir, ErrUnavailable, err)
 	}
 	r := &cgroupRun{c: c, dir: dir, fd: -1}
@@ -232,6 +236,8 @@ type cgroupRun struct {
 	dir   string
 	fd    int  // the group's directory, for CLONE_INTO_CGROUP; -1 when not used
 	useFD bool // the last prepare asked clone3 to start the process in the group
+	// gone: killAll found the group empty and removed it; released: release ran.
+	gone, released bool
 }
 
 func (r *cgroupRun) prepare(cmd *exec.Cmd) {
@@ -276,14 +282,34 @@ func (r *cgroupRun) closeFD() {
 	}
 }
 
-func (r *cgroupRun) killAll() (int, error) { return killCgroup(r.dir, r.c.kill) }
+func (r *cgroupRun) killAll() (int, error) {
+	if r.gone {
+		return 0, nil
+	}
+	// Most often the agent left nothing behind: the empty group goes in
+	// one call, and release need not try again.
+	if err := unix.Rmdir(r.dir); err == nil || errors.Is(err, unix.ENOENT) {
+		r.gone = true
+		return 0, nil
+	}
+	return killCgroup(r.dir, r.c.kill)
+}
 
 func (r *cgroupRun) release() {
 	r.closeFD()
-	_ = rmdirCgroup(r.dir)
+	if r.released {
+		return
+	}
+	r.released = true
+	if !r.gone {
+		_ = rmdirCgroup(r.dir)
+	}
 	// Leave nothing behind when the worker exits: the base goes when its
-	// last run does (EBUSY while another run has a group in it).
-	_ = unix.Rmdir(r.c.base)
+	// last run does. (A run made meanwhile keeps it busy, or makes it
+	// again.)
+	if r.c.runs.Add(-1) == 0 {
+		_ = unix.Rmdir(r.c.base)
+	}
 }
 
 // killCgroup kills every process in the group dir (not its children) and
