@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -376,6 +378,37 @@ type dispatchResult struct {
 	natsIn, natsOut     int64         // messages into and out of the server
 	natsSubs            int64         // subscriptions the server added
 	jobs                int
+	// createUS: CPU per file creation in the fleet's filesystem, before
+	// the fleet's run and after it (fileCreateCPU).
+	createUS [2]float64
+}
+
+// fileCreateCPU measures the CPU (of the calling thread) that creating an
+// empty file costs in dir's filesystem right now, in µs. It is the host's
+// figure the fleet's own files pay (status records, transcripts, sandbox
+// directories): on ext4 without a journal, a new inode costs a scan over
+// the inodes deleted there in the last minutes (find_inode_bit,
+// recently_deleted), so it swings by two orders of magnitude with what the
+// machine deleted before, this benchmark's earlier runs included.
+func fileCreateCPU(t testing.TB, dir string) float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	threadCPU := func() time.Duration {
+		var ru unix.Rusage
+		require.NoError(t, unix.Getrusage(unix.RUSAGE_THREAD, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	const n = 300
+	dir, err := os.MkdirTemp(dir, "create-probe")
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	c0 := threadCPU()
+	for i := range n {
+		fd, err := unix.Open(filepath.Join(dir, strconv.Itoa(i)), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+		require.NoError(t, err)
+		require.NoError(t, unix.Close(fd))
+	}
+	return float64(threadCPU()-c0) / float64(time.Microsecond) / n
 }
 
 func perJob(d time.Duration, jobs int) float64 {
@@ -422,6 +455,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	r.baseCPU = cpuTime(t) - cpu0
 
 	fp := startFleetProcs(t, d.slots)
+	r.createUS[0] = fileCreateCPU(t, fp.dataDir)
 	done, stop := terminalWatcher(t, fp.nc, fp.names)
 	defer stop()
 	tr := traceAll(t, fp.nc)
@@ -443,6 +477,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	r.natsIn, r.natsOut = in1-in0, out1-out0
 	r.natsSubs = fp.natsSubInserts(t) - subs0
 	waitProfiles()
+	r.createUS[1] = fileCreateCPU(t, fp.dataDir)
 	return r
 }
 
@@ -667,6 +702,8 @@ func BenchmarkFleet(b *testing.B) {
 		figure("nats_msgs_in_per_job", float64(r.natsIn)/float64(r.jobs), "msgs")
 		figure("nats_msgs_out_per_job", float64(r.natsOut)/float64(r.jobs), "msgs")
 		figure("nats_subs_per_job", float64(r.natsSubs)/float64(r.jobs), "subs")
+		figure("host_file_create_cpu_us_before", r.createUS[0], "us")
+		figure("host_file_create_cpu_us_after", r.createUS[1], "us")
 		b.ReportMetric(r.fleetRate/r.baseRate, "dispatch_ratio")
 	})
 	b.Run("latency", func(b *testing.B) {
