@@ -60,32 +60,40 @@ func MayReportRateLimit(line []byte) bool {
 	if len(line) > MaxRateLimitLine {
 		return false
 	}
-	if bytes.Contains(line, []byte("rate_limit")) {
-		return true
-	}
-	// Every agent line passes here: hop from quote to quote (IndexByte is
-	// vectorised) rather than test each byte. encoding/json matches keys
-	// case-insensitively, so the key is compared with EqualFold.
-	const key = `"api_error_status"`
-	for rest := line; len(rest) >= len(key); {
-		q := bytes.IndexByte(rest, '"')
-		if q < 0 || len(rest)-q < len(key) {
+	// Every agent line passes here, so one pass hops from underscore to
+	// underscore (IndexByte is vectorised; a line has far fewer
+	// underscores than quotes or bytes). Both names hold one at a fixed
+	// offset: "rate_limit" at 4, and a key matching "api_error_status"
+	// (encoding/json matches keys case-insensitively, so EqualFold; '_'
+	// folds to nothing else and a match is all ASCII, since a rune of two
+	// or more bytes would leave fewer runes than the key's in its bytes)
+	// has its opening quote 4 before its first underscore and a second
+	// underscore 6 after it. So every match is found at one of the
+	// underscores visited.
+	const (
+		rl  = "rate_limit"
+		key = `"api_error_status"`
+	)
+	for i := 0; ; i++ {
+		u := bytes.IndexByte(line[i:], '_')
+		if u < 0 {
 			return false
 		}
-		rest = rest[q:]
-		// '_' folds to nothing else, and a match is all ASCII (a rune
-		// of two or more bytes would leave fewer runes than the key's in
-		// its bytes), so the key's two underscores sit at fixed offsets:
-		// checking them first spares EqualFold almost every quote.
-		if rest[4] == '_' && rest[10] == '_' && bytes.EqualFold(rest[:len(key)], []byte(key)) {
-			v := bytes.TrimLeft(rest[len(key):], " \t\r\n:")
+		i += u
+		if i < 4 {
+			continue
+		}
+		s := line[i-4:]
+		if len(s) >= len(rl) && string(s[:len(rl)]) == rl {
+			return true
+		}
+		if len(s) >= len(key) && s[0] == '"' && s[10] == '_' && bytes.EqualFold(s[:len(key)], []byte(key)) {
+			v := bytes.TrimLeft(s[len(key):], " \t\r\n:")
 			if len(v) > 0 && v[0] != 'n' {
 				return true
 			}
 		}
-		rest = rest[1:]
 	}
-	return false
 }
 
 // TenantsBucket is the KV bucket of tenant settings (FLEET_TENANTS).
