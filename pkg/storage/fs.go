@@ -118,22 +118,12 @@ func (s *FS) Create(ctx context.Context, key string, value []byte) error {
 // (rename, or link when exclusive), then syncs the directory.
 func (s *FS) write(ctx context.Context, op, key, p string, fill func(*os.File) error, exclusive bool) (err error) {
 	dir := filepath.Dir(p)
-	f, err := os.CreateTemp(dir, "~tmp-*")
-	if errors.Is(err, fs.ErrNotExist) {
-		// A new directory: make it (only now; it usually exists).
-		if err := s.mkdirs(dir); err != nil {
-			if errors.Is(err, syscall.ENOTDIR) {
-				return s.conflict(op, key)
-			}
-			return fmt.Errorf("fs: %s %q: %w", op, key, err)
-		}
+	var f *os.File
+	if err := s.createIn(op, key, dir, true, func() (err error) {
 		f, err = os.CreateTemp(dir, "~tmp-*")
-	}
-	if errors.Is(err, syscall.ENOTDIR) {
-		return s.conflict(op, key)
-	}
-	if err != nil {
-		return fmt.Errorf("fs: %s %q: %w", op, key, err)
+		return err
+	}); err != nil {
+		return err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -186,14 +176,11 @@ func (s *FS) write(ctx context.Context, op, key, p string, fill func(*os.File) e
 	return nil
 }
 
-// mkdirs creates dir and its missing parents under the root, fsyncing the
-// parent of every directory it creates, so a new key's directory entries
-// survive a power loss along with the file. A path component that is a
-// file fails with ENOTDIR.
-func (s *FS) mkdirs(dir string) error { return s.mkdirsSync(dir, true) }
-
-// mkdirsSync is mkdirs; without sync it leaves the parents' fsync to the
-// caller (PutBatch syncs the whole filesystem afterwards).
+// mkdirsSync creates dir and its missing parents under the root. With
+// sync it fsyncs the parent of every directory it creates, so a new key's
+// directory entries survive a power loss along with the file; without, it
+// leaves that to the caller (PutBatch syncs the whole filesystem
+// afterwards). A path component that is a file fails with ENOTDIR.
 func (s *FS) mkdirsSync(dir string, sync bool) error {
 	st, err := os.Stat(dir)
 	switch {
@@ -224,6 +211,26 @@ func (s *FS) mkdirsSync(dir string, sync bool) error {
 		return nil
 	}
 	return syncDir(parent)
+}
+
+// createIn runs create, which makes a file in dir. The directory usually
+// exists, so it is made (with its parents; sync as in mkdirsSync) only
+// when create finds it missing, and then create runs again. A file in
+// dir's path gives the conflict error of key.
+func (s *FS) createIn(op, key, dir string, sync bool, create func() error) error {
+	err := create()
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = s.mkdirsSync(dir, sync); err == nil {
+			err = create()
+		}
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		return s.conflict(op, key)
+	}
+	if err != nil {
+		return fmt.Errorf("fs: %s %q: %w", op, key, err)
+	}
+	return nil
 }
 
 func (s *FS) conflict(op, key string) error {

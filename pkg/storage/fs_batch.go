@@ -2,12 +2,9 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // PutBatch implements Batcher. Every value goes to a temporary file beside
@@ -39,26 +36,16 @@ func (s *FS) PutBatch(ctx context.Context, objs []Object) (err error) {
 			return err
 		}
 		dir := filepath.Dir(p)
-		// The directory usually exists (status/<tenant>/, or a query's
-		// directory already written): stage first, make it only when
-		// staging says it is missing.
-		tmp, err := stage(dir, o.Value)
-		if errors.Is(err, fs.ErrNotExist) {
-			if err := s.mkdirsSync(dir, !haveSyncfs); err != nil {
-				if errors.Is(err, syscall.ENOTDIR) {
-					return s.conflict("put", o.Key)
-				}
-				return fmt.Errorf("fs: put %q: %w", o.Key, err)
-			}
+		var tmp string
+		if err := s.createIn("put", o.Key, dir, !haveSyncfs, func() (err error) {
 			tmp, err = stage(dir, o.Value)
+			return err
+		}); err != nil {
+			return err
 		}
-		if errors.Is(err, syscall.ENOTDIR) {
-			return s.conflict("put", o.Key)
+		if !haveSyncfs {
+			dirs[dir] = true // fsynced after the renames
 		}
-		if err != nil {
-			return fmt.Errorf("fs: put %q: %w", o.Key, err)
-		}
-		dirs[dir] = true
 		done = append(done, staged{key: o.Key, path: p, tmp: tmp})
 	}
 	if err := s.syncAll(); err != nil {

@@ -19,17 +19,7 @@ const haveSyncfs = true
 // on the dispatcher's write path were more calls than the writes
 // themselves.
 
-func (s *FS) syncAll() error {
-	fd, err := openRetry(s.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: s.root, Err: err}
-	}
-	defer unix.Close(fd)
-	if err := unix.Syncfs(fd); err != nil {
-		return &fs.PathError{Op: "syncfs", Path: s.root, Err: err}
-	}
-	return nil
-}
+func (s *FS) syncAll() error { return onDir(s.root, "syncfs", unix.Syncfs) }
 
 // stage writes value to a new temporary file "~tmp-*" in dir and returns
 // its path. It does not fsync: PutBatch syncs the whole filesystem after
@@ -83,13 +73,23 @@ func writeAll(fd int, b []byte) error {
 // syncDir fsyncs a directory, so the entries created or renamed in it
 // survive a power loss.
 func syncDir(dir string) error {
+	return onDir(dir, "fsync", func(fd int) error {
+		if err := unix.Fsync(fd); err != unix.EINVAL {
+			return err
+		}
+		return nil
+	})
+}
+
+// onDir opens dir and runs op (named opName in its error) on it.
+func onDir(dir, opName string, op func(fd int) error) error {
 	fd, err := openRetry(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil && err != unix.EINVAL {
-		return &fs.PathError{Op: "fsync", Path: dir, Err: err}
+	if err := op(fd); err != nil {
+		return &fs.PathError{Op: opName, Path: dir, Err: err}
 	}
 	return nil
 }
