@@ -286,8 +286,9 @@ func (r *cgroupRun) killAll() (int, error) {
 	if r.gone {
 		return 0, nil
 	}
-	// Most often the agent left nothing behind: the empty group goes in
-	// one call, and release need not try again.
+	// Most often the agent left nothing behind: removing the empty group
+	// says so in one call, where reading cgroup.procs takes four (a
+	// non-empty group refuses with EBUSY), and release need not try again.
 	if err := unix.Rmdir(r.dir); err == nil || errors.Is(err, unix.ENOENT) {
 		r.gone = true
 		return 0, nil
@@ -315,12 +316,6 @@ func (r *cgroupRun) release() {
 // killCgroup kills every process in the group dir (not its children) and
 // waits until it is empty. It returns how many processes it saw.
 func killCgroup(dir string, hasKill bool) (int, error) {
-	// Most often the agent left nothing behind: removing the empty group
-	// says so in one call, where reading cgroup.procs takes four (a
-	// non-empty group refuses with EBUSY; release removes the group anyway).
-	if err := unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
-		return 0, nil
-	}
 	pids, err := cgroupPIDs(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
