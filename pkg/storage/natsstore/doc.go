@@ -43,7 +43,11 @@
 // as the storage package documents. Errors that mean "NATS or JetStream is
 // not reachable right now" (no responders, timeouts, a closed or
 // reconnecting connection) also wrap storage.ErrUnavailable, so callers can
-// retry them. A call whose context has no deadline gets DefaultTimeout: an
+// retry them. A write that failed so is not known to have failed: nats.go
+// keeps what it could not send (or had not flushed) when the connection
+// dropped and sends it once it reconnects, before anything newer, so the
+// write may still land then. Retrying it with the same value, as the
+// journal and the archiver do, is safe. A call whose context has no deadline gets DefaultTimeout: an
 // Object Store Get without a deadline can leak when the server stalls
 // (nats.go issue 1848).
 //
