@@ -57,8 +57,9 @@ bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 line
 bench/failover: ## the stall after each kind of leader kill on a 3-node cluster, p50/max over FLEET_FAILOVER_KILLS (10) kills each
 	@$(GO) test -run '^$$' -bench BenchmarkClusterFailover -benchtime 1x -timeout 60m ./internal/e2e/ | grep -E '^failover_'
 
-bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included), and the server's share of the guarantees per line
+bench/micro: ## Go micro-benchmarks of the parser, line reader and journal (allocations included), a contained run with and without reused cgroups, and the server's share of the guarantees per line
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/protocol/ ./pkg/journal/
+	$(GO) test -run '^$$' -bench BenchmarkCgroupRun -benchtime 2000x ./pkg/sandbox/
 	@$(GO) test -run '^$$' -bench BenchmarkServerShare -benchtime 1x ./internal/bench/ | grep -E '^server_share_'
 
 cluster: build ## the fleet on a 3-node JetStream cluster on this machine (deploy/nats/cluster), until Ctrl-C

@@ -99,6 +99,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -491,10 +492,16 @@ func (w *Worker) stop(ctx context.Context) error {
 	go func() { w.cleanup.Wait(); close(cleaned) }()
 	select {
 	case <-cleaned:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("worker: sandboxes still being destroyed at shutdown: %w", ctx.Err())
 	}
+	// What providers keep for later runs (the local provider's cgroups).
+	for _, p := range w.cfg.Providers {
+		if c, ok := p.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
+	return nil
 }
 
 func (w *Worker) loop(ctx context.Context) {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -45,17 +46,47 @@ func newContainment(mode string) (containment, string, error) {
 
 // # cgroup v2
 
-// cgroupContainment creates one cgroup per process under base, a group of
-// the worker's own cgroup named agentfleet-<worker pid>, which exists while
-// some run does.
+// cgroupContainment puts each process in a cgroup of its own under base, a
+// group of the worker's own cgroup named agentfleet-<worker pid>, which
+// exists while some run does and for idleFor after the last one.
+//
+// A run's group is made once and reused: a run that ended with its group
+// found empty (nothing of it left alive) hands the group, and the open
+// directory that clone3 starts the next process in, to the next run,
+// where making and removing a group costs the kernel about 80 µs per run
+// and reading it empty 10 µs. Only a group found empty is reused: one
+// that held processes to kill is removed once they are gone (or left,
+// with the error reported), as is one that a failed start leaves.
 type cgroupContainment struct {
 	base  string
 	kill  bool // cgroup.kill exists (Linux 5.14+)
 	seq   atomic.Int64
-	runs  atomic.Int64 // groups made and not yet released: base is removed when none is left
-	noFD  atomic.Bool  // clone3 CLONE_INTO_CGROUP failed once: move the pid after start instead
-	sweep int          // stale groups of dead workers removed at start (for the log)
+	noFD  atomic.Bool // clone3 CLONE_INTO_CGROUP failed once: move the pid after start instead
+	sweep int         // stale groups of dead workers removed at start (for the log)
+	// idleFor is how long the empty groups kept for reuse, and base, outlive
+	// the last run (defaultGroupIdle when zero).
+	idleFor time.Duration
+	// maxIdle caps the groups kept for reuse: groupPoolMax when zero, none
+	// when negative (a group per run, as BenchmarkCgroupRun's baseline).
+	maxIdle int
+
+	mu    sync.Mutex
+	runs  int           // groups handed out and not yet released
+	idle  []cgroupGroup // empty groups kept for the next runs, at most groupPoolMax
+	timer *time.Timer   // trims idle groups and base once no run is left
 }
+
+// cgroupGroup is an empty group kept for reuse: its directory and, unless
+// clone3 cannot use it, the directory's open descriptor.
+type cgroupGroup struct {
+	dir string
+	fd  int
+}
+
+const (
+	groupPoolMax     = 64
+	defaultGroupIdle = 10 * time.Second
+)
 
 // cgroupBase finds the worker's cgroup v2 group and creates (once per worker
 // process) the base group of the runs in it. It fails when there is no
@@ -202,22 +233,26 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func (c *cgroupContainment) mode() string { return ContainCgroup }
 
-func (c *cgroupContainment) newRun(sandboxID, procID string) (containedRun, error) {
-	name := strconv.FormatInt(c.seq.Add(1), 10) + "-" + sandboxID + "-" + procID
-	if len(name) > 200 {
-		name = name[:200]
+func (c *cgroupContainment) newRun(string, string) (containedRun, error) {
+	c.mu.Lock()
+	c.runs++
+	if n := len(c.idle); n > 0 {
+		g := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return &cgroupRun{c: c, dir: g.dir, fd: g.fd}, nil
 	}
-	dir := filepath.Join(c.base, name)
-	c.runs.Add(1)
+	c.mu.Unlock()
+	dir := filepath.Join(c.base, strconv.FormatInt(c.seq.Add(1), 10))
 	// Base is usually there (one mkdir, where MkdirAll would stat twice
-	// first). release removes it when its last run ends, which may be
-	// right between the making of base and of dir; then again.
+	// first). trim removes it once no run is left, which may be right
+	// between the making of base and of dir; then again.
 	err := unix.Mkdir(dir, 0o755)
 	for i := 0; i < 10 && errors.Is(err, unix.ENOENT); i++ {
 		err = os.MkdirAll(dir, 0o755)
 	}
 	if err != nil {
-		c.runs.Add(-1)
+		c.done(nil)
 		return nil, fmt.Errorf("sandbox: create cgroup %s: %w: %v", dir, ErrUnavailable, err)
 	}
 	r := &cgroupRun{c: c, dir: dir, fd: -1}
@@ -230,14 +265,68 @@ func (c *cgroupContainment) newRun(sandboxID, procID string) (containedRun, erro
 	return r, nil
 }
 
+// done ends a run: g, when not nil, is its group, found empty, for the next
+// run. The last run arms the trim.
+func (c *cgroupContainment) done(g *cgroupGroup) {
+	c.mu.Lock()
+	c.runs--
+	limit := c.maxIdle
+	if limit == 0 {
+		limit = groupPoolMax
+	}
+	keep := g != nil && len(c.idle) < limit
+	if keep {
+		c.idle = append(c.idle, *g)
+	}
+	if c.runs == 0 {
+		idle := cmp.Or(c.idleFor, defaultGroupIdle)
+		if c.timer == nil {
+			c.timer = time.AfterFunc(idle, c.trim)
+		} else {
+			c.timer.Reset(idle)
+		}
+	}
+	c.mu.Unlock()
+	if g != nil && !keep {
+		removeGroup(*g)
+	}
+}
+
+// trim removes the idle groups and base when no run is left: a worker
+// that has been idle for idleFor, or stops (Local.Close), leaves nothing
+// behind. A run made meanwhile keeps base busy, or makes it again.
+func (c *cgroupContainment) trim() {
+	c.mu.Lock()
+	if c.runs > 0 {
+		c.mu.Unlock()
+		return
+	}
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, g := range idle {
+		removeGroup(g)
+	}
+	_ = unix.Rmdir(c.base)
+}
+
+func removeGroup(g cgroupGroup) {
+	if g.fd >= 0 {
+		_ = unix.Close(g.fd)
+	}
+	_ = rmdirCgroup(g.dir)
+}
+
 // cgroupRun is one process's group.
 type cgroupRun struct {
-	c     *cgroupContainment
-	dir   string
-	fd    int  // the group's directory, for CLONE_INTO_CGROUP; -1 when not used
-	useFD bool // the last prepare asked clone3 to start the process in the group
-	// gone: killAll found the group empty and removed it; released: release ran.
-	gone, released bool
+	c   *cgroupContainment
+	dir string
+	fd  int // the group's directory, for CLONE_INTO_CGROUP; -1 when not used
+	// useFD: the last prepare asked clone3 to start the process in the group.
+	useFD bool
+	// empty: killAll found the group empty (nothing of the run was left
+	// alive, nothing killed); released: release ran.
+	empty, released bool
 }
 
 func (r *cgroupRun) prepare(cmd *exec.Cmd) {
@@ -263,10 +352,10 @@ func (r *cgroupRun) startFailed(err error) bool {
 }
 
 func (r *cgroupRun) started(pid int) error {
-	r.closeFD()
 	if r.useFD {
-		return nil
+		return nil // the descriptor goes back to the pool with the group
 	}
+	r.closeFD()
 	// The process was just created and has not run the agent yet; moving it
 	// now catches anything it starts.
 	if err := os.WriteFile(filepath.Join(r.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
@@ -283,34 +372,42 @@ func (r *cgroupRun) closeFD() {
 }
 
 func (r *cgroupRun) killAll() (int, error) {
-	if r.gone {
+	// Most often the agent left nothing behind: one read says so.
+	pids, err := cgroupPIDs(r.dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return 0, nil // removed under us: nothing to kill, nothing to reuse
+	case err != nil:
+		return 0, err
+	case len(pids) == 0:
+		r.empty = true
 		return 0, nil
 	}
-	// Most often the agent left nothing behind: removing the empty group
-	// says so in one call, where reading cgroup.procs takes four (a
-	// non-empty group refuses with EBUSY), and release need not try again.
-	if err := unix.Rmdir(r.dir); err == nil || errors.Is(err, unix.ENOENT) {
-		r.gone = true
-		return 0, nil
-	}
+	// A group that needed killing is not handed on, even once empty: after
+	// a write to its cgroup.kill, some kernels (6.18 here) kill every
+	// process later started in it with CLONE_INTO_CGROUP (cgroup_post_fork
+	// compares the kill count of the parent's group with the new one's).
 	return killCgroup(r.dir, r.c.kill)
 }
 
 func (r *cgroupRun) release() {
-	r.closeFD()
 	if r.released {
 		return
 	}
 	r.released = true
-	if !r.gone {
+	if !r.empty {
+		// Never handed to another run: it may hold a process (a failed
+		// start, a kill that did not finish).
+		r.closeFD()
 		_ = rmdirCgroup(r.dir)
+		r.c.done(nil)
+		return
 	}
-	// Leave nothing behind when the worker exits: the base goes when its
-	// last run does. (A run made meanwhile keeps it busy, or makes it
-	// again.)
-	if r.c.runs.Add(-1) == 0 {
-		_ = unix.Rmdir(r.c.base)
+	if r.c.noFD.Load() {
+		r.closeFD()
 	}
+	r.c.done(&cgroupGroup{dir: r.dir, fd: r.fd})
+	r.fd = -1
 }
 
 // killCgroup kills every process in the group dir (not its children) and
@@ -352,9 +449,12 @@ func killCgroup(dir string, hasKill bool) (int, error) {
 
 // cgroupPIDs lists the processes in the group dir (exited ones leave at once).
 func cgroupPIDs(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	b, err := readCgroupFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, nil
 	}
 	var pids []int
 	for f := range strings.FieldsSeq(string(b)) {
@@ -363,6 +463,36 @@ func cgroupPIDs(dir string) ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// readCgroupFile reads a cgroupfs file with open, read and close only (an
+// os.File adds fcntl and epoll calls, which every run's check would pay).
+func readCgroupFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for errors.Is(err, unix.EINTR) {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var buf [256]byte
+	b := buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		case n == 0:
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
 }
 
 // rmdirCgroup removes an empty group. The kernel may report it busy for a

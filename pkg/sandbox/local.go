@@ -198,6 +198,17 @@ func (l *Local) Name() string { return "local" }
 // ContainEnviron or ContainGroup; never ContainAuto).
 func (l *Local) Containment() string { return l.contain.mode() }
 
+// Close releases what the provider keeps for later runs once no run is
+// left (the cgroups kept for reuse, and their base group, which otherwise
+// go after ten idle seconds). Sandboxes still open are not touched; a run
+// started afterwards works as before. The worker calls it when it stops.
+func (l *Local) Close() error {
+	if t, ok := l.contain.(interface{ trim() }); ok {
+		t.trim()
+	}
+	return nil
+}
+
 // Create creates the directory Root/<spec.ID> and its subdirectories (by
 // renaming a pristine tree from the pool when there is one), or reuses
 // them if they exist (a previous attempt's files are kept). Calling
