@@ -50,7 +50,7 @@ bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 line
 	@for shape in "1 0" "8 0" "32 0" "8 100" "8 2000" "8 20000"; do \
 		set -- $$shape; log=$$(mktemp); \
 		if BENCH_SLOTS=$$1 BENCH_LINES=$$2 $(GO) test -run '^$$' -bench 'BenchmarkFleet/dispatch' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
-			grep -E '^(# dispatch|dispatch_|fleet_|baseline_spawn|host_)' $$log; \
+			grep -E '^(# dispatch|dispatch_|fleet_|baseline_spawn|host_|floor_)' $$log; \
 		else cat $$log; exit 1; fi; \
 	done
 

@@ -381,6 +381,9 @@ type dispatchResult struct {
 	// createUS: CPU per file creation in the fleet's filesystem, before
 	// the fleet's run and after it (fileCreateCPU).
 	createUS [2]float64
+	// floor: the same number of jobs as bare clients exchanging only the
+	// messages a job needs, on the same server (jobFloor).
+	floor floorResult
 }
 
 // fileCreateCPU measures the CPU (of the calling thread) that creating an
@@ -478,6 +481,8 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	r.natsSubs = fp.natsSubInserts(t) - subs0
 	waitProfiles()
 	r.createUS[1] = fileCreateCPU(t, fp.dataDir)
+	fp.settle(t) // the archiver's last transcripts
+	r.floor = jobFloor(t, fp, d.jobs, d.slots)
 	return r
 }
 
@@ -704,6 +709,11 @@ func BenchmarkFleet(b *testing.B) {
 		figure("nats_subs_per_job", float64(r.natsSubs)/float64(r.jobs), "subs")
 		figure("host_file_create_cpu_us_before", r.createUS[0], "us")
 		figure("host_file_create_cpu_us_after", r.createUS[1], "us")
+		figure("floor_cpu_ms_per_job", perJob(r.floor.nats+r.floor.client, r.floor.jobs), "ms")
+		figure("floor_nats_cpu_ms_per_job", perJob(r.floor.nats, r.floor.jobs), "ms")
+		figure("floor_client_cpu_ms_per_job", perJob(r.floor.client, r.floor.jobs), "ms")
+		figure("floor_nats_msgs_per_job", float64(r.floor.natsIn+r.floor.natsOut)/float64(r.floor.jobs), "msgs")
+		figure("floor_to_fleet_cpu_ratio", perJob(r.floor.nats+r.floor.client, r.floor.jobs)/r.fleetCPUms(), "ratio")
 		b.ReportMetric(r.fleetRate/r.baseRate, "dispatch_ratio")
 	})
 	b.Run("latency", func(b *testing.B) {
@@ -752,6 +762,7 @@ func TestBenchmarksRun(t *testing.T) {
 	}
 	r := dispatch(t, dispatchShape{jobs: tiny.dispatchJobs, slots: 4})
 	require.Positive(t, r.fleetRate)
+	require.Positive(t, r.floor.natsIn, "the floor's jobs went through the server")
 	require.Positive(t, r.baseRate)
 	require.Positive(t, r.fleetCPUms())
 	r = dispatch(t, dispatchShape{jobs: 4, slots: 2, lines: 50})
