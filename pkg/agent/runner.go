@@ -468,5 +468,6 @@ func (r *Runner) read(stdout io.Reader, emit EmitFunc, resultSeen chan<- struct{
 		res.lines++
 	}
 	res.oversized = lr.Oversized()
+	lr.Release() // emit keeps no line (EmitFunc), and neither does res
 	return res
 }

@@ -295,3 +295,32 @@ func BenchmarkLineReader(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(n), "allocs/line")
 }
+
+// A released reader's buffer serves the next reader, which reads its own
+// input from the start, with nothing of the first one's left over; the
+// released reader only returns an error.
+func TestLineReaderRelease(t *testing.T) {
+	first := NewLineReader(strings.NewReader("one\ntwo\nthree-without-newline"), 0)
+	line, err := first.Next()
+	require.NoError(t, err)
+	require.Equal(t, "one", string(line))
+	first.Release()
+	first.Release() // twice: harmless
+	_, err = first.Next()
+	require.ErrorIs(t, err, errReleased)
+
+	for range 3 {
+		second := NewLineReader(strings.NewReader("alpha\nbeta"), 0)
+		var got []string
+		for {
+			line, err := second.Next()
+			if err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				break
+			}
+			got = append(got, string(line))
+		}
+		require.Equal(t, []string{"alpha", "beta"}, got)
+		second.Release()
+	}
+}

@@ -35,8 +35,25 @@ func (n Names) p() string {
 	return n.prefix
 }
 
+// upper is the prefix as stream names spell it: upper case, with "-" and
+// "." as "_". Stream names are built per job (the worker's stream reads),
+// so ASCII, every valid prefix, takes one pass without a strings.Replacer.
 func (n Names) upper() string {
-	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(n.p()))
+	p := n.p()
+	b := make([]byte, len(p))
+	for i := range len(p) {
+		switch c := p[i]; {
+		case c >= 0x80:
+			return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(p))
+		case c == '-' || c == '.':
+			b[i] = '_'
+		case 'a' <= c && c <= 'z':
+			b[i] = c - ('a' - 'A')
+		default:
+			b[i] = c
+		}
+	}
+	return string(b)
 }
 
 // JobsStream is the work-queue stream (FLEET_JOBS for the default prefix).

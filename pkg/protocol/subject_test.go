@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -148,4 +149,19 @@ func TestRateLimitForward(t *testing.T) {
 	require.False(t, MayReportRateLimit([]byte(`{"type":"system","session_id":"4290-1429"}`)), "429 in an id")
 	big := append([]byte(`{"type":"rate_limit_event","x":"`), make([]byte, MaxRateLimitLine)...)
 	require.False(t, MayReportRateLimit(big), "too large to forward as a core message")
+}
+
+// The stream-name prefix is spelled the same as strings.ToUpper of the
+// prefix with "-" and "." replaced, for any prefix (ASCII takes a loop of
+// its own).
+func FuzzNamesUpper(f *testing.F) {
+	for _, p := range []string{"", "fleet", "acme-prod.eu", "Ünï-cödé.x", "a_b-C.9", "\xff"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		want := strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(NewNames(p).Prefix()))
+		if got := NewNames(p).upper(); got != want {
+			t.Fatalf("upper(%q) = %q, want %q", p, got, want)
+		}
+	})
 }

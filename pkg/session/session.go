@@ -473,6 +473,7 @@ func ParseRequest(line []byte) (Request, bool) {
 func (s *Session) read(stdout io.Reader) readResult {
 	var res readResult
 	lr := protocol.NewLineReader(stdout, s.cfg.MaxLine)
+	defer lr.Release() // nothing keeps a line past the next read
 	for {
 		line, err := lr.Next()
 		if err != nil {
