@@ -165,13 +165,8 @@ func pristine(dir string) bool {
 		{".", []string{localWorkDir, localHomeDir, localTmpDir}},
 	}
 	for _, w := range want {
-		path := filepath.Join(dir, w.rel)
-		fi, err := os.Lstat(path)
-		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
-			return false
-		}
-		names, err := readNames(path)
-		if err != nil || len(names) != len(w.children) {
+		names, ok := privateDirNames(filepath.Join(dir, w.rel))
+		if !ok || len(names) != len(w.children) {
 			return false
 		}
 		for _, n := range names {

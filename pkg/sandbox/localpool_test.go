@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -58,6 +59,15 @@ func TestLocalNeverRecyclesWrittenDirectories(t *testing.T) {
 		},
 		"root": func(dir string) { require.NoError(t, os.WriteFile(filepath.Join(dir, "extra"), []byte("s"), 0o600)) },
 		"mode": func(dir string) { require.NoError(t, os.Chmod(filepath.Join(dir, "tmp"), 0o777)) },
+		"file": func(dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, "tmp")))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "tmp"), nil, 0o700))
+		},
+		"many": func(dir string) { // more entries than one directory read returns
+			for i := range 200 {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "work", fmt.Sprintf("file-%03d", i)), nil, 0o600))
+			}
+		},
 		"link": func(dir string) {
 			require.NoError(t, os.Remove(filepath.Join(dir, "tmp")))
 			require.NoError(t, os.Symlink(t.TempDir(), filepath.Join(dir, "tmp")))
