@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -44,63 +43,16 @@ type Reader struct {
 	nc    *nats.Conn
 	names protocol.Names
 	store storage.Store
-	mux   replyMux
+	mux   *directget.Mux // the batched gets' replies, on one subscription
 	// js, when set, reads long transcripts past directLines through an
 	// ephemeral consumer (the archiver's Reader; a worker may not create
 	// consumers on .msg subjects, and merges rarely).
 	js jetstream.JetStream
 }
 
-// replyMux receives the replies of every batched direct get on one
-// wildcard inbox subscription, made on first use, instead of a
-// subscription per request: no SUB and UNSUB per transcript, and no
-// per-request channel sized for a slow consumer.
-type replyMux struct {
-	once   sync.Once
-	err    error
-	prefix string // "<inbox>."
-	next   atomic.Uint64
-	mu     sync.Mutex
-	waits  map[string]chan *nats.Msg
-}
-
-// open registers a reply subject whose messages go to a channel with room
-// for n of them (a batch and its end marker: the server sends no more).
-func (r *Reader) open(n int) (subject string, ch chan *nats.Msg, closeFn func(), err error) {
-	x := &r.mux
-	x.once.Do(func() {
-		x.prefix = r.nc.NewInbox() + "."
-		x.waits = map[string]chan *nats.Msg{}
-		_, x.err = r.nc.Subscribe(x.prefix+"*", func(m *nats.Msg) {
-			x.mu.Lock()
-			c := x.waits[m.Subject]
-			if c != nil {
-				select {
-				case c <- m:
-				default: // more than asked for: not a reply to a live request
-				}
-			}
-			x.mu.Unlock()
-		})
-	})
-	if x.err != nil {
-		return "", nil, nil, x.err
-	}
-	subject = x.prefix + strconv.FormatUint(x.next.Add(1), 36)
-	ch = make(chan *nats.Msg, n)
-	x.mu.Lock()
-	x.waits[subject] = ch
-	x.mu.Unlock()
-	return subject, ch, func() {
-		x.mu.Lock()
-		delete(x.waits, subject)
-		x.mu.Unlock()
-	}, nil
-}
-
 // NewReader returns a Reader.
 func NewReader(nc *nats.Conn, names protocol.Names, store storage.Store) *Reader {
-	return &Reader{nc: nc, names: names, store: store}
+	return &Reader{nc: nc, names: names, store: store, mux: directget.New(nc)}
 }
 
 // Lines reads every .msg line of the query from the stream, with batched
@@ -157,7 +109,7 @@ func (r *Reader) Lines(ctx context.Context, tenant, id string) (lines []storage.
 // one batched direct get, handing each to add; more says the subject has
 // lines after the last one read (at stream sequence last).
 func (r *Reader) page(ctx context.Context, subj string, from uint64, batch int, add func(nats.Header, []byte) error) (more bool, last uint64, err error) {
-	inbox, replies, done, err := r.open(batch + 1)
+	inbox, replies, done, err := r.mux.Open(batch + 1)
 	if err != nil {
 		return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, err)
 	}

@@ -47,7 +47,9 @@
 //
 // One read and one synchronous publish per attempt start (two for a retry,
 // which also announces "retrying"), one compare-and-set for the terminal
-// status. Lines stay pipelined on a stream with one replica: the server
+// status. The worker reads the last status together with the query's last
+// control message (LastMsgsVia: one multi-last direct get on a stream of
+// one replica) and hands it to the claim (Use). Lines stay pipelined on a stream with one replica: the server
 // checks them in order against its store. On a replicated stream the server
 // rejects a second message checked against the same subject while the
 // first is still being proposed, so the worker keeps one line in flight per

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -111,17 +112,41 @@ func LastMsgVia(ctx context.Context, nc *nats.Conn, stream, subject string, oneR
 	default:
 		return nil, fmt.Errorf("fence: last message on %s: status %s %s", subject, st, resp.Header.Get("Description"))
 	}
-	seq, err := strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
+	msg, err := directget.RawMsg(resp)
 	if err != nil {
-		return nil, fmt.Errorf("fence: last message on %s: bad %s: %w", subject, jetstream.SequenceHeader, err)
-	}
-	msg := &jetstream.RawStreamMsg{Subject: resp.Header.Get(jetstream.SubjectHeader), Sequence: seq, Data: resp.Data, Header: resp.Header}
-	if ts := resp.Header.Get(jetstream.TimeStampHeaer); ts != "" {
-		if msg.Time, err = time.Parse(time.RFC3339Nano, ts); err != nil {
-			return nil, fmt.Errorf("fence: last message on %s: bad %s: %w", subject, jetstream.TimeStampHeaer, err)
-		}
+		return nil, fmt.Errorf("fence: last message on %s: %w", subject, err)
 	}
 	return msg, nil
+}
+
+// LastMsgsVia reads the last message on each of subjects (nil where there
+// is none), as LastMsgVia reads one: with oneReplica set, one multi-last
+// direct get through mux answers for all of them (a stream without direct
+// gets falls back to leader reads); otherwise each is read from the
+// leader, all at once.
+func LastMsgsVia(ctx context.Context, nc *nats.Conn, mux *directget.Mux, stream string, subjects []string, oneReplica bool) ([]*jetstream.RawStreamMsg, error) {
+	if oneReplica {
+		msgs, err := mux.LastMsgs(ctx, stream, subjects)
+		if !errors.Is(err, directget.ErrNoDirect) {
+			return msgs, err
+		}
+	}
+	out := make([]*jetstream.RawStreamMsg, len(subjects))
+	errs := make([]error, len(subjects))
+	var wg sync.WaitGroup
+	for i, subj := range subjects {
+		wg.Go(func() {
+			m, err := LastMsg(ctx, nc, stream, subj)
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				out[i], errs[i] = m, err
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // LastMsg reads the last message on subject from the stream's leader
@@ -185,11 +210,21 @@ func LastStatusVia(ctx context.Context, nc *nats.Conn, stream, subject string, o
 	if err != nil {
 		return 0, nil, err
 	}
+	seq, ev := statusOf(m)
+	return seq, ev, nil
+}
+
+// statusOf is the status event m holds (seq 0 and nil for no message; nil
+// for one that does not decode).
+func statusOf(m *jetstream.RawStreamMsg) (uint64, *protocol.StatusEvent) {
+	if m == nil {
+		return 0, nil
+	}
 	var ev protocol.StatusEvent
 	if json.Unmarshal(m.Data, &ev) != nil {
-		return m.Sequence, nil, nil
+		return m.Sequence, nil
 	}
-	return m.Sequence, &ev, nil
+	return m.Sequence, &ev
 }
 
 // Config configures a Writer.
@@ -217,6 +252,13 @@ type Config struct {
 type Writer struct {
 	cfg   Config
 	token atomic.Uint64
+	read  atomic.Pointer[lastRead] // set by Use, taken by the next readLast
+}
+
+// lastRead is a last status read by the caller (Use).
+type lastRead struct {
+	seq uint64
+	ev  *protocol.StatusEvent
 }
 
 // NewWriter returns the writer of attempt cfg.Owner.
@@ -348,8 +390,22 @@ func (w *Writer) Recheck(ctx context.Context) (Verdict, error) {
 	return v, nil
 }
 
+// Use makes the next Claim or Expect decide on m, the query's last status
+// message as the caller just read it (nil: none), instead of reading it
+// again: for a caller that reads it together with other subjects
+// (LastMsgsVia). Only that one read is replaced. A status stored since is
+// caught as any race is: the claim's compare-and-set fails, and the status
+// is read back.
+func (w *Writer) Use(m *jetstream.RawStreamMsg) {
+	seq, ev := statusOf(m)
+	w.read.Store(&lastRead{seq: seq, ev: ev})
+}
+
 // readLast reads the last status, retrying transient failures until ctx ends.
 func (w *Writer) readLast(ctx context.Context) (uint64, *protocol.StatusEvent, error) {
+	if r := w.read.Swap(nil); r != nil {
+		return r.seq, r.ev, nil
+	}
 	backoff := w.cfg.RetryMin
 	for try := 1; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)

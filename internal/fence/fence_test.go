@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -183,4 +184,76 @@ func TestLostAckAndInterleavedQueuedStatus(t *testing.T) {
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(b.status))
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), info.State.Subjects[b.status], "running, queued, succeeded: no second succeeded")
+}
+
+// Use hands Claim a last status read elsewhere: a current one is decided
+// on without reading again; a stale one (nothing on record, where a later
+// attempt's claim now is) costs the claim's compare-and-set, and the read
+// back gives the true verdict. Only the next read is replaced.
+func TestUseDecidesOnTheStatusReadElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ctx := context.Background()
+	one := fence.Owner{JobSeq: 5, Attempt: 1, Worker: "w1"}
+	two := fence.Owner{JobSeq: 5, Attempt: 2, Worker: "w2"}
+
+	w1 := b.writers(one)
+	w1.Use(nil) // read with the ctl subject: nothing on record
+	v, err := w1.Claim(ctx, status(one, protocol.StateRunning))
+	require.NoError(t, err)
+	require.Equal(t, fence.Proceed, v)
+
+	w2 := b.writers(two)
+	msgs, err := fence.LastMsgsVia(ctx, b.nc, directget.New(b.nc), b.stream, []string{b.status}, true)
+	require.NoError(t, err)
+	w2.Use(msgs[0]) // current: w1's running
+	v, err = w2.Claim(ctx, status(two, protocol.StateRetrying))
+	require.NoError(t, err)
+	require.Equal(t, fence.Proceed, v)
+
+	// A stale read: attempt one's zombie sees nothing on record.
+	zombie := b.writers(one)
+	zombie.Use(nil)
+	v, err = zombie.Claim(ctx, status(one, protocol.StateRunning))
+	require.NoError(t, err)
+	require.Equal(t, fence.Superseded, v, "the compare-and-set failed and the read back found attempt two")
+	v, err = zombie.Recheck(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fence.Superseded, v, "Use replaced one read only")
+}
+
+// LastMsgsVia answers as LastMsg does for each subject, through one
+// multi-last direct get on a stream that allows them (one replica), or
+// leader reads (a stream without direct gets, or oneReplica false).
+func TestLastMsgsViaIsTheLeaderRead(t *testing.T) {
+	t.Parallel()
+	_, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mux := directget.New(nc)
+	for _, direct := range []bool{true, false} {
+		name := map[bool]string{true: "D", false: "ND"}[direct]
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowDirect: direct})
+		require.NoError(t, err)
+		for _, subj := range []string{name + ".q.status", name + ".q.ctl", name + ".q.status"} {
+			_, err := js.Publish(ctx, subj, []byte(subj))
+			require.NoError(t, err)
+		}
+		subjects := []string{name + ".q.ctl", name + ".none", name + ".q.status"}
+		for _, oneReplica := range []bool{true, false} {
+			got, err := fence.LastMsgsVia(ctx, nc, mux, name, subjects, oneReplica)
+			require.NoError(t, err, "direct=%v oneReplica=%v", direct, oneReplica)
+			require.Len(t, got, 3)
+			require.Nil(t, got[1])
+			for _, i := range []int{0, 2} {
+				want, err := fence.LastMsg(ctx, nc, name, subjects[i])
+				require.NoError(t, err)
+				require.Equal(t, want.Sequence, got[i].Sequence)
+				require.Equal(t, want.Subject, got[i].Subject)
+				require.Equal(t, string(want.Data), string(got[i].Data))
+				require.True(t, want.Time.Equal(got[i].Time))
+			}
+			require.Equal(t, uint64(3), got[2].Sequence, "the last of two statuses")
+		}
+	}
 }

@@ -18,36 +18,15 @@ import (
 // claim reads whether a cancel is on record and claims the query for this
 // attempt (package fence): it reads the last status from the stream leader
 // and publishes its first status as a compare-and-set on it ("running"; a
-// redelivery announces "retrying" first). The cancel lookup runs beside
-// the claim. It returns baseOf, which reads the Fleet-Seq the attempt
-// continues from: that read starts once the claim is stored (no older
-// attempt can add a line after it, so what it finds is final) and runs
-// while the sandbox is made; the first line waits for it.
+// redelivery announces "retrying" first). The last status and the last
+// control message are read together (one multi-last direct get on a
+// stream of one replica; two leader reads at once on a replicated one).
+// It returns baseOf, which reads the Fleet-Seq the attempt continues
+// from: that read starts once the claim is stored (no older attempt can
+// add a line after it, so what it finds is final) and runs while the
+// sandbox is made; the first line waits for it.
 func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cancelled bool, v fence.Verdict, err error) {
 	w, job := q.w, q.job
-	// The cancel lookup is independent of the claim: ask at once. The
-	// result is always received before claim returns.
-	type ctlResult struct {
-		cancelled bool
-		err       error
-	}
-	ctl := make(chan ctlResult, 1)
-	go func() {
-		c, err := q.cancelOnRecord(ctx)
-		ctl <- ctlResult{c, err}
-	}()
-	ctlDone := false
-	waitCtl := func() error {
-		if !ctlDone {
-			r := <-ctl
-			ctlDone, cancelled = true, r.cancelled
-			if r.err != nil {
-				return fmt.Errorf("reading the query's control history: %w", r.err)
-			}
-		}
-		return nil
-	}
-	defer func() { _ = waitCtl() }()
 	q.fw = fence.NewWriter(fence.Config{
 		JS: w.js, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryStatus(job.Tenant, job.ID),
 		OneReplica: w.oneReplica,
@@ -59,15 +38,19 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 			}
 		},
 	})
+	status, ctl, err := q.readRecord(ctx)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	q.fw.Use(status)
+	cancelled = q.cancelIn(ctl)
 	switch {
 	case q.attempt > 1:
 		// Announces the new attempt before anything else.
 		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRetrying}))
-		if err == nil && v == fence.Proceed {
-			if err = waitCtl(); err == nil && !cancelled && job.Workspace == nil {
-				// A workspace job's "running" follows its checkout.
-				v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
-			}
+		if err == nil && v == fence.Proceed && !cancelled && job.Workspace == nil {
+			// A workspace job's "running" follows its checkout.
+			v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
 		}
 	case job.Workspace == nil:
 		// Read first, then compare-and-set. (A compare-and-set against
@@ -84,10 +67,31 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 	if err != nil || v != fence.Proceed {
 		return nil, false, v, err
 	}
-	if err := waitCtl(); err != nil {
-		return nil, false, 0, err
-	}
 	return q.readBase(context.WithoutCancel(ctx)), cancelled, fence.Proceed, nil
+}
+
+// readRecord reads the query's last status and last control message (nil:
+// none), retrying transient failures (each try bounded by PublishTimeout)
+// until ctx ends.
+func (q *query) readRecord(ctx context.Context) (status, ctl *jetstream.RawStreamMsg, err error) {
+	w, job := q.w, q.job
+	subjects := []string{w.names.QueryStatus(job.Tenant, job.ID), w.names.QueryCtl(job.Tenant, job.ID)}
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+		msgs, err := fence.LastMsgsVia(rctx, w.cfg.NC, w.direct, w.names.QueriesStream(), subjects, w.oneReplica())
+		cancel()
+		if err == nil {
+			return msgs[0], msgs[1], nil
+		}
+		if try == 1 || try%20 == 0 {
+			q.log.Warn().Err(err).Int("try", try).Msg("reading the query's status and control history failed; retrying")
+		}
+		if serr := sleepCtx(ctx, backoff); serr != nil {
+			return nil, nil, fmt.Errorf("reading the query's status and control history: %w", err)
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // readBase starts reading the query's last Fleet-Seq (from the stream
@@ -209,26 +213,17 @@ func (q *query) queuedAt() time.Time {
 	return md.Timestamp
 }
 
-// cancelOnRecord reports whether a cancel is on record: a
-// {"op":"cancel"} on the query's ctl subject (kept by the FLEET_QUERIES
-// stream, so a job cancelled while queued is never started) stored after
-// the job itself, so a cancel of an earlier run of the same id does not
-// cancel a new submission.
-func (q *query) cancelOnRecord(ctx context.Context) (bool, error) {
-	w, job := q.w, q.job
-	st, err := w.queriesStream(ctx)
-	if err != nil {
-		return false, err
-	}
-	ctlMsg, err := st.GetLastMsgForSubject(ctx, w.names.QueryCtl(job.Tenant, job.ID))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, err
+// cancelIn reports whether ctl, the query's last control message (nil:
+// none), is a cancel on record: a {"op":"cancel"} on the query's ctl
+// subject (kept by the FLEET_QUERIES stream, so a job cancelled while
+// queued is never started) stored after the job itself, so a cancel of an
+// earlier run of the same id does not cancel a new submission.
+func (q *query) cancelIn(ctl *jetstream.RawStreamMsg) bool {
+	if ctl == nil {
+		return false
 	}
 	var op protocol.CtlOp
-	return json.Unmarshal(ctlMsg.Data, &op) == nil && op.Op == protocol.OpCancel && !ctlMsg.Time.Before(q.queuedAt()), nil
+	return json.Unmarshal(ctl.Data, &op) == nil && op.Op == protocol.OpCancel && !ctl.Time.Before(q.queuedAt())
 }
 
 // queriesStream is the FLEET_QUERIES handle, looked up once (a handle is

@@ -111,6 +111,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/internal/pull"
 	"github.com/agentfleet/agentfleet/pkg/agent"
@@ -287,6 +288,8 @@ type Worker struct {
 
 	mu      sync.Mutex
 	queries jetstream.Stream
+	// direct receives the replies of the claims' multi-last reads.
+	direct *directget.Mux
 	// replicas is FLEET_QUERIES' replica count (0 until read), read again
 	// at most every replicasMaxAge (replicas.go).
 	replicas   atomic.Int32
@@ -341,6 +344,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg:         cfg,
 		js:          js,
 		pub:         jspub.New(cfg.NC),
+		direct:      directget.New(cfg.NC),
 		log:         cfg.Logger.With().Str("component", "worker").Str("worker", cfg.ID).Logger(),
 		metrics:     m,
 		names:       cfg.Names,

@@ -1,0 +1,101 @@
+package directget_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/directget"
+	"github.com/agentfleet/agentfleet/internal/natstest"
+)
+
+// LastMsgs answers for each subject what a last-by-subject get answers
+// (sequence, subject, body, headers, time), nil where a subject has
+// nothing, in the order asked, with one subscription for all its gets;
+// a stream that answers no direct gets, or none at all, says so.
+func TestLastMsgs(t *testing.T) {
+	t.Parallel()
+	srv, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	for i, body := range []string{"s1", "c1", "s2", "m1"} {
+		m := nats.NewMsg(map[int]string{0: "q.a.status", 1: "q.a.ctl", 2: "q.a.status", 3: "q.b.msg"}[i])
+		m.Data = []byte(body)
+		m.Header.Set("Fleet-Seq", body)
+		_, err := js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	mux := directget.New(nc)
+	subs0 := srv.NumSubscriptions()
+	for range 3 {
+		got, err := mux.LastMsgs(ctx, "Q", []string{"q.b.status", "q.a.ctl", "q.a.status", "q.b.msg"})
+		require.NoError(t, err)
+		require.Len(t, got, 4)
+		require.Nil(t, got[0], "nothing on q.b.status")
+		for i, subj := range []string{"q.a.ctl", "q.a.status", "q.b.msg"} {
+			want, err := st.GetLastMsgForSubject(ctx, subj)
+			require.NoError(t, err)
+			m := got[i+1]
+			require.NotNil(t, m, subj)
+			require.Equal(t, want.Subject, m.Subject)
+			require.Equal(t, want.Sequence, m.Sequence)
+			require.Equal(t, string(want.Data), string(m.Data))
+			require.Equal(t, string(want.Data), m.Header.Get("Fleet-Seq"))
+			require.True(t, want.Time.Equal(m.Time), "%v != %v", want.Time, m.Time)
+		}
+		none, err := mux.LastMsgs(ctx, "Q", []string{"q.c.status", "q.c.ctl"})
+		require.NoError(t, err)
+		require.Equal(t, []*jetstream.RawStreamMsg{nil, nil}, none)
+	}
+	require.LessOrEqual(t, srv.NumSubscriptions(), subs0+1, "one subscription for every get")
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ND", Subjects: []string{"nd.>"}})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "nd.x", []byte("x"))
+	require.NoError(t, err)
+	_, err = mux.LastMsgs(ctx, "ND", []string{"nd.x"})
+	require.ErrorIs(t, err, directget.ErrNoDirect)
+	_, err = mux.LastMsgs(ctx, "MISSING", []string{"m.x"})
+	require.ErrorIs(t, err, directget.ErrNoDirect)
+
+	gone, cancelGone := context.WithCancel(ctx)
+	cancelGone()
+	_, err = mux.LastMsgs(gone, "Q", []string{"q.a.ctl"})
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+// RawMsg reads any reply's headers without panicking: a sequence it
+// returns is the header's number, a time the header's RFC 3339 time.
+func FuzzRawMsg(f *testing.F) {
+	f.Add("12", "q.a.status", "2026-11-26T04:00:00.123456789Z", []byte(`{"state":"running"}`))
+	f.Add("", "", "", []byte(nil))
+	f.Add("18446744073709551616", "x", "yesterday", []byte("x"))
+	f.Fuzz(func(t *testing.T, seq, subject, ts string, data []byte) {
+		m := nats.NewMsg("_INBOX.x")
+		m.Header.Set(jetstream.SequenceHeader, seq)
+		m.Header.Set(jetstream.SubjectHeader, subject)
+		m.Header.Set(jetstream.TimeStampHeaer, ts)
+		m.Data = data
+		rm, err := directget.RawMsg(m)
+		if err != nil {
+			return
+		}
+		want, err := strconv.ParseUint(seq, 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, want, rm.Sequence)
+		require.Equal(t, m.Header.Get(jetstream.SubjectHeader), rm.Subject)
+		require.Equal(t, data, rm.Data)
+		if m.Header.Get(jetstream.TimeStampHeaer) != "" {
+			want, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+			require.NoError(t, err)
+			require.True(t, want.Equal(rm.Time))
+		}
+	})
+}
