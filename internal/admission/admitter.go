@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
+	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -123,6 +125,14 @@ type Admitter struct {
 	storedSeq uint64          // highest FLEET_JOBS sequence known stored
 	heads     map[string][]head
 	announced map[uint64]string
+	// ahead: jobs read ahead of the cursor by the pass's batched gets, per
+	// subject; inflight: jobs copied to the work subjects whose
+	// acknowledgement the pass has not seen yet (settle).
+	ahead    map[string][]*jetstream.RawStreamMsg
+	inflight []copied
+	acked    chan struct{}
+	pub      *jspub.Publisher
+	direct   *directget.Mux
 
 	startMu  sync.Mutex
 	started  bool
@@ -139,6 +149,16 @@ type head struct {
 	seq uint64
 	id  string
 }
+
+// copied is a job published to its work subject, not yet acknowledged.
+type copied struct {
+	from, tenant string
+	seq          uint64 // on the jobs subject
+	ack          *jspub.Ack
+}
+
+// readAhead caps how many of a subject's jobs one batched get reads.
+const readAhead = 64
 
 type pauseReq struct {
 	tenant string
@@ -158,6 +178,7 @@ func New(cfg Config) (*Admitter, error) {
 		log:      cfg.Logger.With().Str("component", "admission").Str("admitter", cfg.ID).Logger(),
 		settings: map[string]Settings{}, spend: map[string]map[int64]float64{}, pauses: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), pauseQ: make(chan pauseReq, 256),
+		acked: make(chan struct{}, 1), pub: jspub.New(cfg.NC), direct: directget.New(cfg.NC),
 	}, nil
 }
 
@@ -268,6 +289,7 @@ func (a *Admitter) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	_ = a.pub.Close() // the leader's copies are settled: no pass runs any more
 	close(a.stopped)
 	return nil
 }
@@ -668,6 +690,13 @@ type passResult struct {
 func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	n := a.names
 	defer a.purgeMoved(ctx)
+	// Before the purge: only acknowledged copies leave the queue.
+	defer func() {
+		if serr := a.settle(ctx); err == nil {
+			err = serr
+		}
+		clear(a.ahead)
+	}()
 	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return res, fmt.Errorf("reading %s: %w", n.JobsStream(), err)
@@ -698,7 +727,7 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	// rejects them as it always did.
 	for _, subj := range invalid {
 		for {
-			moved, err := a.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):])
+			moved, err := a.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):], readAhead)
 			if err != nil || !moved {
 				break
 			}
@@ -720,7 +749,7 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		if t == "" {
 			break
 		}
-		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
+		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t), a.cfg.Policy.FleetCap-total)
 		if err != nil {
 			return res, err
 		}
@@ -732,6 +761,9 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		queued[t]--
 		running[t]++
 		total++
+	}
+	if err := a.settle(ctx); err != nil {
+		return res, err
 	}
 	for t, c := range queued {
 		if c <= 0 {
@@ -767,15 +799,19 @@ func statusState(data []byte) (protocol.State, bool) {
 
 // move admits the first job on subject from: it copies the job to the work
 // subject to (Nats-Msg-Id "_admit.<seq>", so a copy made again after a
-// failover is dropped as a duplicate); purgeMoved removes it from the
-// queue at the end of the pass. It reports false when subject has no job.
-func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, error) {
-	raw, err := a.stream.GetMsg(ctx, max(a.cursor[from], 1), jetstream.WithGetMsgSubject(from))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
+// failover is dropped as a duplicate) without waiting for the copy's
+// acknowledgement (settle waits for the pass's copies at once);
+// purgeMoved removes it from the queue at the end of the pass. It reports
+// false when subject has no job. Up to want of the subject's jobs are read
+// ahead with one batched get (a pass admits several in a row), at most
+// readAhead.
+func (a *Admitter) move(ctx context.Context, from, tenant, to string, want int) (bool, error) {
+	raw, err := a.nextJob(ctx, from, want)
 	if err != nil {
 		return false, fmt.Errorf("reading the next job of %s: %w", from, err)
+	}
+	if raw == nil {
+		return false, nil
 	}
 	wm := nats.NewMsg(to)
 	wm.Data = raw.Data
@@ -788,11 +824,11 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
 	wm.Header.Set(protocol.HeaderJobSeq, seq)
 	wm.Header.Set(protocol.HeaderQueuedAt, raw.Time.UTC().Format(time.RFC3339Nano))
-	ack, err := a.cfg.JS.PublishMsg(ctx, wm)
+	ack, err := a.pub.Publish(wm, a.acked)
 	if err != nil {
 		return false, fmt.Errorf("admitting job %s: %w", seq, err)
 	}
-	a.storedSeq = max(a.storedSeq, ack.Sequence) // our own copy is not news
+	a.inflight = append(a.inflight, copied{from: from, tenant: tenant, seq: raw.Sequence, ack: ack})
 	a.cursor[from] = raw.Sequence + 1
 	a.moved[from] = true
 	if h := a.heads[tenant]; len(h) > 0 && h[0].seq == raw.Sequence {
@@ -803,6 +839,82 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	delete(a.announced, raw.Sequence)
 	a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
 	return true, nil
+}
+
+// nextJob is the first job on subject from at or after its cursor (nil:
+// none), from the jobs read ahead or, when none is left, a batched direct
+// get of up to want (a stream without direct gets is read one job at a
+// time).
+func (a *Admitter) nextJob(ctx context.Context, from string, want int) (*jetstream.RawStreamMsg, error) {
+	at := max(a.cursor[from], 1)
+	buf := a.ahead[from]
+	for len(buf) > 0 && buf[0].Sequence < at {
+		buf = buf[1:]
+	}
+	if len(buf) == 0 {
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		msgs, err := a.direct.Next(gctx, a.names.JobsStream(), from, at, min(max(want, 1), readAhead))
+		cancel()
+		if errors.Is(err, directget.ErrNoDirect) {
+			raw, gerr := a.stream.GetMsg(ctx, at, jetstream.WithGetMsgSubject(from))
+			if errors.Is(gerr, jetstream.ErrMsgNotFound) {
+				return nil, nil
+			}
+			return raw, gerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		buf = msgs
+	}
+	if len(buf) == 0 {
+		delete(a.ahead, from)
+		return nil, nil
+	}
+	if a.ahead == nil {
+		a.ahead = map[string][]*jetstream.RawStreamMsg{}
+	}
+	a.ahead[from] = buf[1:]
+	return buf[0], nil
+}
+
+// settle waits for the acknowledgements of the pass's copies (each up to
+// 10s). A copy refused or not acknowledged puts its subject's cursor back
+// to it: the next pass copies it again (with the same Nats-Msg-Id, so a
+// copy that was stored after all, and the later ones, are dropped as
+// duplicates) and the purge keeps it in the queue meanwhile.
+func (a *Admitter) settle(ctx context.Context) error {
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	expired := false
+	var firstErr error
+	for _, c := range a.inflight {
+		for !expired && !c.ack.Done() {
+			select {
+			case <-a.acked:
+			case <-ctx.Done():
+				expired = true
+			case <-deadline.C:
+				expired = true
+			}
+		}
+		err := c.ack.Err
+		if !c.ack.Done() {
+			a.pub.Forget(c.ack)
+			err = errors.New("no acknowledgement in time")
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("admitting job %d: %w", c.seq, err)
+			}
+			a.cursor[c.from] = min(a.cursor[c.from], c.seq)
+			delete(a.heads, c.tenant)
+			continue
+		}
+		a.storedSeq = max(a.storedSeq, c.ack.Seq) // our own copy is not news
+	}
+	a.inflight = a.inflight[:0]
+	return firstErr
 }
 
 // purgeMoved removes from the queue every job this leader admitted: one

@@ -35,10 +35,19 @@
 // window, default 2m, far longer than a takeover and a pass), then purges
 // the original. So a job is admitted once and never lost.
 //
-// The admitter reads each job it moves with a direct get (FLEET_JOBS
-// allows them): on a replicated stream a replica may answer from a state
-// that lags, which can only delay a job (not there yet) or return one
-// already moved, whose copy the same dedupe drops.
+// A pass does not wait for each copy's acknowledgement: it publishes its
+// copies one after another and checks them all before the announce and
+// the purge (settle). A copy the stream refuses, or does not acknowledge
+// within 10s, puts its subject's cursor back to it, so the purge keeps it
+// and the next pass copies it again; the copies after it that were stored
+// are copied again too and dropped as duplicates. Such a job can reach
+// the work subject after a later job of its tenant.
+//
+// The admitter reads the jobs it moves with batched direct gets (FLEET_JOBS
+// allows them), up to as many as the fleet has free slots (at most 64)
+// per subject and pass: on a replicated stream a replica may answer from a
+// state that lags, which can only delay a job (not there yet) or return
+// one already moved, whose copy the same dedupe drops.
 //
 // # Leadership
 //

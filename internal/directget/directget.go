@@ -78,52 +78,87 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 	if len(subjects) == 0 {
 		return out, nil
 	}
-	req, err := json.Marshal(struct {
-		MultiLast []string `json:"multi_last"`
-		Batch     int      `json:"batch"`
-	}{subjects, len(subjects)})
-	if err != nil {
-		return nil, err
-	}
-	inbox, replies, done, err := x.Open(len(subjects) + 1)
-	if err != nil {
-		return nil, fmt.Errorf("directget: last messages of %s: %w", stream, err)
-	}
-	defer done()
-	if err := x.nc.PublishRequest(jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream, inbox, req); err != nil {
-		return nil, fmt.Errorf("directget: last messages of %s: %w", stream, err)
-	}
 	at := make(map[string]int, len(subjects))
 	for i, s := range subjects {
 		at[s] = i
+	}
+	req := struct {
+		MultiLast []string `json:"multi_last"`
+		Batch     int      `json:"batch"`
+	}{subjects, len(subjects)}
+	err := x.get(ctx, stream, req, len(subjects), func(m *jetstream.RawStreamMsg) (bool, error) {
+		i, ok := at[m.Subject]
+		if !ok {
+			return false, fmt.Errorf("a message on %q, which was not asked for", m.Subject)
+		}
+		out[i] = m
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("directget: last messages of %s: %w", stream, err)
+	}
+	return out, nil
+}
+
+// Next reads up to n messages on subject (a literal subject or a
+// wildcard) from stream sequence from on, in stream order, with one batched
+// direct get: none is an empty result. ctx bounds the wait as in LastMsgs.
+func (x *Mux) Next(ctx context.Context, stream, subject string, from uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	req := struct {
+		Seq   uint64 `json:"seq,omitempty"`
+		Next  string `json:"next_by_subj"`
+		Batch int    `json:"batch"`
+	}{from, subject, n}
+	var out []*jetstream.RawStreamMsg
+	err := x.get(ctx, stream, req, n, func(m *jetstream.RawStreamMsg) (bool, error) {
+		out = append(out, m)
+		return len(out) < n, nil // at n, the end marker may follow: done drops it
+	})
+	if err != nil {
+		return nil, fmt.Errorf("directget: next messages on %s: %w", subject, err)
+	}
+	return out, nil
+}
+
+// get sends one direct get req to stream whose answer is up to n messages
+// and an end marker, and hands each message to add until add says no more
+// or errs. ErrNoDirect: nothing answers direct gets of stream.
+func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*jetstream.RawStreamMsg) (more bool, err error)) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	inbox, replies, done, err := x.Open(n + 1)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := x.nc.PublishRequest(jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream, inbox, body); err != nil {
+		return err
 	}
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-replies:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("directget: last messages of %s: %w", stream, ctx.Err())
+			return ctx.Err()
 		}
 		switch st := m.Header.Get("Status"); st {
 		case "":
-		case "404": // none of the subjects has a message
-			return out, nil
-		case "204": // end of the batch
-			return out, nil
+		case "404", "204": // nothing (more); the end of the batch
+			return nil
 		case "503":
-			return nil, ErrNoDirect
+			return ErrNoDirect
 		default:
-			return nil, fmt.Errorf("directget: last messages of %s: status %s %s", stream, st, m.Header.Get("Description"))
+			return fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
 		}
 		rm, err := RawMsg(m)
 		if err != nil {
-			return nil, fmt.Errorf("directget: last messages of %s: %w", stream, err)
+			return err
 		}
-		i, ok := at[rm.Subject]
-		if !ok {
-			return nil, fmt.Errorf("directget: last messages of %s: a message on %q, which was not asked for", stream, rm.Subject)
+		if more, err := add(rm); err != nil || !more {
+			return err
 		}
-		out[i] = rm
 	}
 }
 

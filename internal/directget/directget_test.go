@@ -99,3 +99,41 @@ func FuzzRawMsg(f *testing.F) {
 		}
 	})
 }
+
+// Next reads a subject's messages from a sequence on, in order, at most n,
+// and none past the last.
+func TestNext(t *testing.T) {
+	t.Parallel()
+	_, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "J", Subjects: []string{"j.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	for i := range 5 {
+		_, err := js.Publish(ctx, "j.a", []byte("a"+strconv.Itoa(i))) // seqs 1,3,5,7,9
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, "j.b", []byte("b"+strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	mux := directget.New(nc)
+	data := func(msgs []*jetstream.RawStreamMsg) (out []string) {
+		for _, m := range msgs {
+			out = append(out, string(m.Data)+"@"+strconv.FormatUint(m.Sequence, 10))
+		}
+		return out
+	}
+	got, err := mux.Next(ctx, "J", "j.a", 1, 3)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a0@1", "a1@3", "a2@5"}, data(got))
+	got, err = mux.Next(ctx, "J", "j.a", 6, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a3@7", "a4@9"}, data(got), "up to the last")
+	got, err = mux.Next(ctx, "J", "j.a", 10, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = mux.Next(ctx, "J", "j.c", 1, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	_, err = mux.Next(ctx, "MISSING", "m.x", 1, 1)
+	require.ErrorIs(t, err, directget.ErrNoDirect)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -478,4 +479,53 @@ func TestAdmissionSessionCountsWhileLive(t *testing.T) {
 	_, starts, _ := log.peaks()
 	require.Equal(t, 1, starts["sess/j1"])
 	require.Equal(t, 1, starts["sess/j2"])
+}
+
+// A job whose copy to the work subject the stream refuses stays in the
+// queue, not on the work subject, and is admitted once the stream takes
+// it; the same pass's other copies go through. (The admitter publishes a
+// pass's copies without waiting for each acknowledgement, then checks
+// them all: a refused copy must put its subject's cursor back before the
+// pass purges what it admitted.)
+func TestAdmissionRefusedCopyStaysQueued(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	counts := func() map[string]uint64 {
+		st, err := f.JS.Stream(ctx, f.Names.JobsStream())
+		require.NoError(t, err)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+		require.NoError(t, err)
+		return info.State.Subjects
+	}
+	// Room for the big job as submitted, not for its copy, which adds the
+	// admitter's headers (Fleet-Job-Seq, Fleet-Queued-At, a longer Msg-Id).
+	big, err := json.Marshal(protocol.Job{ID: "big", Prompt: strings.Repeat("x", 400)})
+	require.NoError(t, err)
+	st, err := f.JS.Stream(ctx, f.Names.JobsStream())
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	limit := cfg.MaxMsgSize
+	cfg.MaxMsgSize = int32(len(big) + 40)
+	_, err = f.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	f.PublishJob("refused", big, map[string]string{protocol.HeaderMsgID: "big"})
+	f.SubmitJSON("other", "small", "hi")
+	fleettest.Eventually(t, wait, func() bool { return counts()[f.Names.WorkSubject("other")] == 1 },
+		"the other tenant's job admitted")
+	fleettest.Eventually(t, wait, func() bool { return counts()[f.Names.JobSubject("other")] == 0 },
+		"and purged from the queue")
+	c := counts()
+	require.Equal(t, uint64(1), c[f.Names.JobSubject("refused")], "the refused job is still queued")
+	require.Zero(t, c[f.Names.WorkSubject("refused")], "and not on the work subject")
+
+	cfg.MaxMsgSize = limit
+	_, err = f.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	fleettest.Eventually(t, wait, func() bool {
+		c := counts()
+		return c[f.Names.WorkSubject("refused")] == 1 && c[f.Names.JobSubject("refused")] == 0
+	}, "the job admitted once the stream takes its copy")
 }
