@@ -18,8 +18,6 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
-	"github.com/agentfleet/agentfleet/internal/directget"
-	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -124,15 +122,8 @@ type Admitter struct {
 	moved     map[string]bool // subjects with admitted jobs not yet purged
 	storedSeq uint64          // highest FLEET_JOBS sequence known stored
 	heads     map[string][]head
-	announced map[uint64]string
-	// ahead: jobs read ahead of the cursor by the pass's batched gets, per
-	// subject; inflight: jobs copied to the work subjects whose
-	// acknowledgement the pass has not seen yet (settle).
-	ahead    map[string][]*jetstream.RawStreamMsg
-	inflight []copied
-	acked    chan struct{}
-	pub      *jspub.Publisher
-	direct   *directget.Mux
+	announced map[uint64]announcement
+	rounds    map[string]time.Time // per tenant: the last announcement round
 
 	startMu  sync.Mutex
 	started  bool
@@ -150,15 +141,21 @@ type head struct {
 	id  string
 }
 
-// copied is a job published to its work subject, not yet acknowledged.
-type copied struct {
-	from, tenant string
-	seq          uint64 // on the jobs subject
-	ack          *jspub.Ack
+// announcement is the last queued status published for a job.
+type announcement struct {
+	reason   string
+	position int
+	at       time.Time
 }
 
-// readAhead caps how many of a subject's jobs one batched get reads.
-const readAhead = 64
+// announceEvery is how often a tenant's waiting jobs are looked at for
+// announcements, and positionEvery how often a waiting job's new place is
+// announced when its reason stays the same (see "Why a job waits" in the
+// package doc).
+const (
+	announceEvery = 200 * time.Millisecond
+	positionEvery = time.Second
+)
 
 type pauseReq struct {
 	tenant string
@@ -178,7 +175,6 @@ func New(cfg Config) (*Admitter, error) {
 		log:      cfg.Logger.With().Str("component", "admission").Str("admitter", cfg.ID).Logger(),
 		settings: map[string]Settings{}, spend: map[string]map[int64]float64{}, pauses: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), pauseQ: make(chan pauseReq, 256),
-		acked: make(chan struct{}, 1), pub: jspub.New(cfg.NC), direct: directget.New(cfg.NC),
 	}, nil
 }
 
@@ -289,7 +285,6 @@ func (a *Admitter) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	_ = a.pub.Close() // the leader's copies are settled: no pass runs any more
 	close(a.stopped)
 	return nil
 }
@@ -573,14 +568,13 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	for subj, h := range map[string]nats.MsgHandler{
 		n.JobsWildcard(): func(*nats.Msg) { a.jobPokes.Add(1); a.poke() },
 		n.StatusWildcard(): func(m *nats.Msg) {
-			st, _ := statusState(m.Data)
-			if st == protocol.StateQueued {
-				return
-			}
-			if st.Terminal() || st == protocol.StateParked {
+			// Only a run's end changes what a pass sees (a slot, a
+			// tenant's spend); "running" and the like do not, and a pass
+			// for each of them only read the queue again.
+			if st, _ := statusState(m.Data); st.Terminal() || st == protocol.StateParked {
 				a.endPokes.Add(1)
+				a.poke()
 			}
-			a.poke()
 		},
 		n.RateLimitWildcard(): a.onLine,
 	} {
@@ -596,7 +590,8 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	// sees every subscription the leader makes already made.
 	a.leading.Store(true)
 	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
-	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]string{}
+	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]announcement{}
+	a.rounds = map[string]time.Time{}
 	a.moved, a.storedSeq = map[string]bool{}, 0
 	tick := time.NewTicker(a.cfg.Tick)
 	// A job's core message (the wake-up) can arrive before the stream has
@@ -690,13 +685,6 @@ type passResult struct {
 func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	n := a.names
 	defer a.purgeMoved(ctx)
-	// Before the purge: only acknowledged copies leave the queue.
-	defer func() {
-		if serr := a.settle(ctx); err == nil {
-			err = serr
-		}
-		clear(a.ahead)
-	}()
 	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return res, fmt.Errorf("reading %s: %w", n.JobsStream(), err)
@@ -727,7 +715,7 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	// rejects them as it always did.
 	for _, subj := range invalid {
 		for {
-			moved, err := a.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):], readAhead)
+			moved, err := a.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):])
 			if err != nil || !moved {
 				break
 			}
@@ -749,7 +737,7 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		if t == "" {
 			break
 		}
-		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t), a.cfg.Policy.FleetCap-total)
+		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
 		if err != nil {
 			return res, err
 		}
@@ -762,19 +750,19 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		running[t]++
 		total++
 	}
-	if err := a.settle(ctx); err != nil {
-		return res, err
-	}
 	for t, c := range queued {
 		if c <= 0 {
 			delete(a.heads, t)
 			continue
 		}
 		res.held = true
-		d := a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now)
-		reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
-		if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
-			return res, err
+		if wall := time.Now(); wall.Sub(a.rounds[t]) >= announceEvery {
+			a.rounds[t] = wall
+			d := a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now)
+			reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
+			if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
@@ -799,19 +787,15 @@ func statusState(data []byte) (protocol.State, bool) {
 
 // move admits the first job on subject from: it copies the job to the work
 // subject to (Nats-Msg-Id "_admit.<seq>", so a copy made again after a
-// failover is dropped as a duplicate) without waiting for the copy's
-// acknowledgement (settle waits for the pass's copies at once);
-// purgeMoved removes it from the queue at the end of the pass. It reports
-// false when subject has no job. Up to want of the subject's jobs are read
-// ahead with one batched get (a pass admits several in a row), at most
-// readAhead.
-func (a *Admitter) move(ctx context.Context, from, tenant, to string, want int) (bool, error) {
-	raw, err := a.nextJob(ctx, from, want)
+// failover is dropped as a duplicate); purgeMoved removes it from the
+// queue at the end of the pass. It reports false when subject has no job.
+func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, error) {
+	raw, err := a.stream.GetMsg(ctx, max(a.cursor[from], 1), jetstream.WithGetMsgSubject(from))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("reading the next job of %s: %w", from, err)
-	}
-	if raw == nil {
-		return false, nil
 	}
 	wm := nats.NewMsg(to)
 	wm.Data = raw.Data
@@ -824,11 +808,11 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string, want int) 
 	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
 	wm.Header.Set(protocol.HeaderJobSeq, seq)
 	wm.Header.Set(protocol.HeaderQueuedAt, raw.Time.UTC().Format(time.RFC3339Nano))
-	ack, err := a.pub.Publish(wm, a.acked)
+	ack, err := a.cfg.JS.PublishMsg(ctx, wm)
 	if err != nil {
 		return false, fmt.Errorf("admitting job %s: %w", seq, err)
 	}
-	a.inflight = append(a.inflight, copied{from: from, tenant: tenant, seq: raw.Sequence, ack: ack})
+	a.storedSeq = max(a.storedSeq, ack.Sequence) // our own copy is not news
 	a.cursor[from] = raw.Sequence + 1
 	a.moved[from] = true
 	if h := a.heads[tenant]; len(h) > 0 && h[0].seq == raw.Sequence {
@@ -839,82 +823,6 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string, want int) 
 	delete(a.announced, raw.Sequence)
 	a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
 	return true, nil
-}
-
-// nextJob is the first job on subject from at or after its cursor (nil:
-// none), from the jobs read ahead or, when none is left, a batched direct
-// get of up to want (a stream without direct gets is read one job at a
-// time).
-func (a *Admitter) nextJob(ctx context.Context, from string, want int) (*jetstream.RawStreamMsg, error) {
-	at := max(a.cursor[from], 1)
-	buf := a.ahead[from]
-	for len(buf) > 0 && buf[0].Sequence < at {
-		buf = buf[1:]
-	}
-	if len(buf) == 0 {
-		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		msgs, err := a.direct.Next(gctx, a.names.JobsStream(), from, at, min(max(want, 1), readAhead))
-		cancel()
-		if errors.Is(err, directget.ErrNoDirect) {
-			raw, gerr := a.stream.GetMsg(ctx, at, jetstream.WithGetMsgSubject(from))
-			if errors.Is(gerr, jetstream.ErrMsgNotFound) {
-				return nil, nil
-			}
-			return raw, gerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		buf = msgs
-	}
-	if len(buf) == 0 {
-		delete(a.ahead, from)
-		return nil, nil
-	}
-	if a.ahead == nil {
-		a.ahead = map[string][]*jetstream.RawStreamMsg{}
-	}
-	a.ahead[from] = buf[1:]
-	return buf[0], nil
-}
-
-// settle waits for the acknowledgements of the pass's copies (each up to
-// 10s). A copy refused or not acknowledged puts its subject's cursor back
-// to it: the next pass copies it again (with the same Nats-Msg-Id, so a
-// copy that was stored after all, and the later ones, are dropped as
-// duplicates) and the purge keeps it in the queue meanwhile.
-func (a *Admitter) settle(ctx context.Context) error {
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	expired := false
-	var firstErr error
-	for _, c := range a.inflight {
-		for !expired && !c.ack.Done() {
-			select {
-			case <-a.acked:
-			case <-ctx.Done():
-				expired = true
-			case <-deadline.C:
-				expired = true
-			}
-		}
-		err := c.ack.Err
-		if !c.ack.Done() {
-			a.pub.Forget(c.ack)
-			err = errors.New("no acknowledgement in time")
-		}
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("admitting job %d: %w", c.seq, err)
-			}
-			a.cursor[c.from] = min(a.cursor[c.from], c.seq)
-			delete(a.heads, c.tenant)
-			continue
-		}
-		a.storedSeq = max(a.storedSeq, c.ack.Seq) // our own copy is not news
-	}
-	a.inflight = a.inflight[:0]
-	return firstErr
 }
 
 // purgeMoved removes from the queue every job this leader admitted: one
@@ -955,13 +863,17 @@ func (a *Admitter) announce(ctx context.Context, t, reason string, k int) error 
 		hs = append(hs, head{seq: raw.Sequence, id: id})
 	}
 	a.heads[t] = hs
+	now := time.Now()
 	for i, h := range hs[:min(k, len(hs))] {
-		key := reason + "/" + strconv.Itoa(i+1)
-		if a.announced[h.seq] == key || !protocol.ValidID(h.id) {
+		last, seen := a.announced[h.seq]
+		switch {
+		case !protocol.ValidID(h.id):
 			continue
+		case seen && last.reason == reason && (last.position == i+1 || now.Sub(last.at) < positionEvery):
+			continue // nothing new, or only a place gained since the last second's announcement
 		}
 		ev := protocol.StatusEvent{V: protocol.SchemaVersion, ID: h.id, Tenant: t, State: protocol.StateQueued,
-			JobSeq: h.seq, At: time.Now().UTC(), Reason: reason, Position: i + 1}
+			JobSeq: h.seq, At: now.UTC(), Reason: reason, Position: i + 1}
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
@@ -972,7 +884,7 @@ func (a *Admitter) announce(ctx context.Context, t, reason string, k int) error 
 		if _, err := a.cfg.JS.PublishMsg(ctx, pm); err != nil {
 			return fmt.Errorf("publishing why %s/%s waits: %w", t, h.id, err)
 		}
-		a.announced[h.seq] = key
+		a.announced[h.seq] = announcement{reason: reason, position: i + 1, at: now}
 	}
 	return nil
 }

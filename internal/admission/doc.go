@@ -35,19 +35,10 @@
 // window, default 2m, far longer than a takeover and a pass), then purges
 // the original. So a job is admitted once and never lost.
 //
-// A pass does not wait for each copy's acknowledgement: it publishes its
-// copies one after another and checks them all before the announce and
-// the purge (settle). A copy the stream refuses, or does not acknowledge
-// within 10s, puts its subject's cursor back to it, so the purge keeps it
-// and the next pass copies it again; the copies after it that were stored
-// are copied again too and dropped as duplicates. Such a job can reach
-// the work subject after a later job of its tenant.
-//
-// The admitter reads the jobs it moves with batched direct gets (FLEET_JOBS
-// allows them), up to as many as the fleet has free slots (at most 64)
-// per subject and pass: on a replicated stream a replica may answer from a
-// state that lags, which can only delay a job (not there yet) or return
-// one already moved, whose copy the same dedupe drops.
+// The admitter reads each job it moves with a direct get (FLEET_JOBS
+// allows them): on a replicated stream a replica may answer from a state
+// that lags, which can only delay a job (not there yet) or return one
+// already moved, whose copy the same dedupe drops.
 //
 // # Leadership
 //
@@ -111,10 +102,19 @@
 //
 // # Why a job waits
 //
-// After each pass the leader publishes a queued status for the first
+// After a pass the leader publishes a queued status for the first
 // Announce (5) jobs of every tenant that still waits, with reason
 // (budget, rate_limited, tenant_cap, fleet_cap, checked in that order)
-// and position (1 = next), whenever either changed.
+// and position (1 = next): at once for a job's first announcement and
+// when its reason changed, a new position with the same reason at most
+// once a second per job. A tenant's waiting jobs are looked at in at most
+// one pass every 200ms; the tick makes such a pass happen while jobs
+// wait. (A pass runs for nearly every job submitted and every run that
+// ends. Under a draining backlog, announcing in each pass gave many jobs a
+// queued status a few milliseconds before their admission, and each
+// admission moved every announced job up a place: up to Announce statuses
+// per admitted job, each stored, indexed and sent to every status
+// subscriber.)
 //
 // # Sessions
 //

@@ -100,26 +100,6 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 	return out, nil
 }
 
-// Next reads up to n messages on subject (a literal subject or a
-// wildcard) from stream sequence from on, in stream order, with one batched
-// direct get: none is an empty result. ctx bounds the wait as in LastMsgs.
-func (x *Mux) Next(ctx context.Context, stream, subject string, from uint64, n int) ([]*jetstream.RawStreamMsg, error) {
-	req := struct {
-		Seq   uint64 `json:"seq,omitempty"`
-		Next  string `json:"next_by_subj"`
-		Batch int    `json:"batch"`
-	}{from, subject, n}
-	var out []*jetstream.RawStreamMsg
-	err := x.get(ctx, stream, req, n, func(m *jetstream.RawStreamMsg) (bool, error) {
-		out = append(out, m)
-		return len(out) < n, nil // at n, the end marker may follow: done drops it
-	})
-	if err != nil {
-		return nil, fmt.Errorf("directget: next messages on %s: %w", subject, err)
-	}
-	return out, nil
-}
-
 // get sends one direct get req to stream whose answer is up to n messages
 // and an end marker, and hands each message to add until add says no more
 // or errs. ErrNoDirect: nothing answers direct gets of stream.
