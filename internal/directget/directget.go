@@ -34,10 +34,10 @@ type Mux struct {
 // as long as nc.
 func New(nc *nats.Conn) *Mux { return &Mux{nc: nc} }
 
-// Open registers a reply subject whose messages go to a channel with room
-// for n of them (the most a get asks for, with its end marker: replies
-// beyond that are not the get's and are dropped). done unregisters it.
-func (x *Mux) Open(n int) (subject string, replies <-chan *nats.Msg, done func(), err error) {
+// Subscribe makes the reply subscription now rather than on first use (a
+// worker has all its subscriptions before it runs a job). Later calls
+// return the first call's error.
+func (x *Mux) Subscribe() error {
 	x.once.Do(func() {
 		x.prefix = x.nc.NewInbox() + "."
 		x.waits = map[string]chan *nats.Msg{}
@@ -53,8 +53,15 @@ func (x *Mux) Open(n int) (subject string, replies <-chan *nats.Msg, done func()
 			x.mu.Unlock()
 		})
 	})
-	if x.err != nil {
-		return "", nil, nil, x.err
+	return x.err
+}
+
+// Open registers a reply subject whose messages go to a channel with room
+// for n of them (the most a get asks for, with its end marker: replies
+// beyond that are not the get's and are dropped). done unregisters it.
+func (x *Mux) Open(n int) (subject string, replies <-chan *nats.Msg, done func(), err error) {
+	if err := x.Subscribe(); err != nil {
+		return "", nil, nil, err
 	}
 	subject = x.prefix + strconv.FormatUint(x.next.Add(1), 36)
 	ch := make(chan *nats.Msg, n)

@@ -440,6 +440,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribing to the queries' control subjects: %w", err)
 	}
 	w.ctlSub = sub
+	if err := w.direct.Subscribe(); err != nil {
+		_ = sub.Unsubscribe()
+		w.started.Store(false)
+		return fmt.Errorf("worker: subscribing to the claims' read replies: %w", err)
+	}
 	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w.hbStop = stop
 	go func() { defer close(w.hbDone); w.heartbeats(hctx) }()
