@@ -15,6 +15,9 @@ const ConsumerName = "workers"
 // one configurable prefix. Nothing else in the code base spells a subject.
 type Names struct {
 	prefix string
+	// stream is the prefix as stream names spell it, made once by
+	// NewNames: stream names are built per job.
+	stream string
 }
 
 // NewNames returns the names for prefix (DefaultPrefix when empty).
@@ -22,7 +25,7 @@ func NewNames(prefix string) Names {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return Names{prefix: prefix}
+	return Names{prefix: prefix, stream: streamPrefix(prefix)}
 }
 
 // Prefix is the configured subject prefix.
@@ -35,25 +38,18 @@ func (n Names) p() string {
 	return n.prefix
 }
 
-// upper is the prefix as stream names spell it: upper case, with "-" and
-// "." as "_". Stream names are built per job (the worker's stream reads),
-// so ASCII, every valid prefix, takes one pass without a strings.Replacer.
+// upper is the prefix as stream names spell it (the zero Names too).
 func (n Names) upper() string {
-	p := n.p()
-	b := make([]byte, len(p))
-	for i := range len(p) {
-		switch c := p[i]; {
-		case c >= 0x80:
-			return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(p))
-		case c == '-' || c == '.':
-			b[i] = '_'
-		case 'a' <= c && c <= 'z':
-			b[i] = c - ('a' - 'A')
-		default:
-			b[i] = c
-		}
+	if n.stream != "" {
+		return n.stream
 	}
-	return string(b)
+	return streamPrefix(n.p())
+}
+
+// streamPrefix spells prefix for stream names: upper case, with "-" and
+// "." as "_".
+func streamPrefix(prefix string) string {
+	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(prefix))
 }
 
 // JobsStream is the work-queue stream (FLEET_JOBS for the default prefix).

@@ -151,9 +151,8 @@ func TestRateLimitForward(t *testing.T) {
 	require.False(t, MayReportRateLimit(big), "too large to forward as a core message")
 }
 
-// The stream-name prefix is spelled the same as strings.ToUpper of the
-// prefix with "-" and "." replaced, for any prefix (ASCII takes a loop of
-// its own).
+// The stream-name prefix NewNames makes once is spelled as strings.ToUpper
+// of the prefix with "-" and "." replaced, for any prefix.
 func FuzzNamesUpper(f *testing.F) {
 	for _, p := range []string{"", "fleet", "acme-prod.eu", "Ünï-cödé.x", "a_b-C.9", "\xff"} {
 		f.Add(p)
