@@ -71,27 +71,18 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 }
 
 // readRecord reads the query's last status and last control message (nil:
-// none), retrying transient failures (each try bounded by PublishTimeout)
-// until ctx ends.
+// none), retrying transient failures until ctx ends.
 func (q *query) readRecord(ctx context.Context) (status, ctl *jetstream.RawStreamMsg, err error) {
 	w, job := q.w, q.job
 	subjects := []string{w.names.QueryStatus(job.Tenant, job.ID), w.names.QueryCtl(job.Tenant, job.ID)}
-	backoff := 50 * time.Millisecond
-	for try := 1; ; try++ {
-		rctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
+	err = q.retryRead(ctx, "reading the query's status and control history", func(rctx context.Context) error {
 		msgs, err := fence.LastMsgsVia(rctx, w.cfg.NC, w.direct, w.names.QueriesStream(), subjects, w.oneReplica())
-		cancel()
 		if err == nil {
-			return msgs[0], msgs[1], nil
+			status, ctl = msgs[0], msgs[1]
 		}
-		if try == 1 || try%20 == 0 {
-			q.log.Warn().Err(err).Int("try", try).Msg("reading the query's status and control history failed; retrying")
-		}
-		if serr := sleepCtx(ctx, backoff); serr != nil {
-			return nil, nil, fmt.Errorf("reading the query's status and control history: %w", err)
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
+		return err
+	})
+	return status, ctl, err
 }
 
 // readBase starts reading the query's last Fleet-Seq (from the stream
@@ -104,39 +95,50 @@ func (q *query) readBase(ctx context.Context) func() (uint64, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// Retried (each try bounded by PublishTimeout) for up to
-		// ClaimTimeout: the agent may already be starting, and a stream
-		// leader election must not cost it its run.
+		// Retried for up to ClaimTimeout: the agent may already be
+		// starting, and a stream leader election must not cost it its run.
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
 		defer cancel()
-		backoff := 50 * time.Millisecond
-		for try := 1; ; try++ {
-			rctx, rcancel := context.WithTimeout(cctx, w.cfg.PublishTimeout)
+		var base uint64
+		err := q.retryRead(cctx, "reading the query's last line", func(rctx context.Context) error {
 			m, err := fence.LastMsgVia(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID), w.oneReplica())
-			rcancel()
 			switch {
 			case errors.Is(err, jetstream.ErrMsgNotFound):
-				ch <- result{}
-				return
+				return nil
 			case err == nil:
-				base, _ := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
-				ch <- result{base: base}
-				return
+				base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
 			}
-			if try == 1 || try%20 == 0 {
-				q.log.Warn().Err(err).Int("try", try).Msg("reading the query's last line failed; retrying")
-			}
-			if serr := sleepCtx(cctx, backoff); serr != nil {
-				ch <- result{err: fmt.Errorf("reading the query's last line: %w", err)}
-				return
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
+			return err
+		})
+		ch <- result{base: base, err: err}
 	}()
 	return sync.OnceValues(func() (uint64, error) {
 		r := <-ch
 		return r.base, r.err
 	})
+}
+
+// retryRead calls read, each try bounded by PublishTimeout, until it
+// succeeds or ctx ends (then the last failure is returned, as what), with
+// a backoff of 50ms doubling to 2s and a warning on the first failure and
+// every twentieth.
+func (q *query) retryRead(ctx context.Context, what string, read func(context.Context) error) error {
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, q.w.cfg.PublishTimeout)
+		err := read(rctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if try == 1 || try%20 == 0 {
+			q.log.Warn().Err(err).Int("try", try).Msg(what + " failed; retrying")
+		}
+		if serr := sleepCtx(ctx, backoff); serr != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // ack acks the job, retrying each DoubleAck on its own short context until
