@@ -387,7 +387,7 @@ func (r *cgroupRun) killAll() (int, error) {
 	// a write to its cgroup.kill, some kernels (6.18 here) kill every
 	// process later started in it with CLONE_INTO_CGROUP (cgroup_post_fork
 	// compares the kill count of the parent's group with the new one's).
-	return killCgroup(r.dir, r.c.kill)
+	return killListed(r.dir, pids, r.c.kill)
 }
 
 func (r *cgroupRun) release() {
@@ -420,9 +420,15 @@ func killCgroup(dir string, hasKill bool) (int, error) {
 		}
 		return 0, err
 	}
+	return killListed(dir, pids, hasKill)
+}
+
+// killListed is killCgroup once the group's processes are read (pids).
+func killListed(dir string, pids []int, hasKill bool) (int, error) {
 	if len(pids) == 0 {
 		return 0, nil
 	}
+	var err error
 	seen := len(pids)
 	if hasKill {
 		// Atomic against forks: the kernel kills the whole group at once.
@@ -468,10 +474,7 @@ func cgroupPIDs(dir string) ([]int, error) {
 // readCgroupFile reads a cgroupfs file with open, read and close only (an
 // os.File adds fcntl and epoll calls, which every run's check would pay).
 func readCgroupFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	for errors.Is(err, unix.EINTR) {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	}
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -492,6 +495,16 @@ func readCgroupFile(path string) ([]byte, error) {
 			return b, nil
 		}
 		b = b[:len(b)+n]
+	}
+}
+
+// openRetry is unix.Open (mode 0), again while a signal interrupts it.
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
 	}
 }
 

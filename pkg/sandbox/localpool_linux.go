@@ -12,10 +12,7 @@ import (
 // pristine sandbox checks five directories, where os.Lstat, os.Open and
 // Readdirnames cost seven system calls each.
 func privateDirNames(path string) (names []string, ok bool) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	for errors.Is(err, unix.EINTR) {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	}
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, false
 	}
