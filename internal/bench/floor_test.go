@@ -76,10 +76,17 @@ func jobFloor(t testing.TB, fp *fleetProcs, jobs, slots int) (r floorResult) {
 	require.NoError(t, err)
 	defer scc.Stop()
 
-	var failed atomic.Value
+	// The first failure of any worker loop (atomic.Value would panic on a
+	// second error of another type).
+	var (
+		failMu sync.Mutex
+		failed error
+	)
 	fail := func(err error) {
-		if err != nil {
-			failed.CompareAndSwap(nil, err)
+		failMu.Lock()
+		defer failMu.Unlock()
+		if failed == nil {
+			failed = err
 		}
 	}
 	work := make(chan jetstream.Msg, slots)
@@ -134,8 +141,8 @@ func jobFloor(t testing.TB, fp *fleetProcs, jobs, slots int) (r floorResult) {
 	wcc.Stop()
 	close(work)
 	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		t.Fatalf("floor: %v", err)
+	if failed != nil {
+		t.Fatalf("floor: %v", failed)
 	}
 	r.nats, r.client = n1-n0, h1-h0
 	r.natsIn, r.natsOut = in1-in0, out1-out0
