@@ -111,6 +111,9 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 // and an end marker, and hands each message to add until add says no more
 // or errs. ErrNoDirect: nothing answers direct gets of stream.
 func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*jetstream.RawStreamMsg) (more bool, err error)) error {
+	if err := ctx.Err(); err != nil {
+		return err // ended already: ask nothing (a reply could otherwise win the wait below)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
