@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,6 +202,17 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
+// pageText is the text of the element with the given id, read in one step
+// inside the page, or "" while the page is between loads or lacks it.
+func pageText(ctx context.Context, id string) string {
+	var s string
+	js := `(function(){var e=document.getElementById(` + strconv.Quote(id) + `);return e?e.innerText:""})()`
+	if err := chromedp.Run(ctx, chromedp.Evaluate(js, &s)); err != nil {
+		return ""
+	}
+	return s
+}
+
 // The dashboard in a real browser: sign in, the fleet page, a running
 // query's transcript growing live without a reload, the query list, and a
 // cancel from the UI that ends the run; no console errors on any page.
@@ -236,10 +248,13 @@ func TestBrowser(t *testing.T) {
 		chromedp.SendKeys("#token", "s3cret", chromedp.ByID),
 		chromedp.Click("#signin", chromedp.ByID),
 		chromedp.WaitVisible("#workers", chromedp.ByID),
-		chromedp.Text("#workers", &workers, chromedp.ByID),
 	))
-	require.Contains(t, workers, b.w.W.ID())
-	require.Contains(t, workers, "pulling")
+	// The fleet page reloads itself every 5 s, so its table is read in one
+	// step inside the page, never by a node id that a reload can retire.
+	fleettest.Eventually(t, wait, func() bool {
+		workers = pageText(ctx, "workers")
+		return strings.Contains(workers, b.w.W.ID()) && strings.Contains(workers, "pulling")
+	}, "the fleet page lists the worker pulling")
 
 	count := func() int {
 		var n int
@@ -277,9 +292,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible("#notice", chromedp.ByID),
 	))
 	fleettest.Eventually(t, wait, func() bool {
-		var s string
-		_ = chromedp.Run(ctx, chromedp.Text("#state", &s, chromedp.ByID))
-		return strings.TrimSpace(s) == "cancelled"
+		return strings.TrimSpace(pageText(ctx, "state")) == "cancelled"
 	}, "the page shows the run cancelled")
 	st, err := b.f.Client.Status(context.Background(), protocol.QueryRef{ID: "ui-1"})
 	require.NoError(t, err)
