@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfleet/agentfleet/pkg/internal/rawio"
 )
 
 // killWait bounds how long killAll waits for killed processes to be gone.
@@ -455,7 +457,7 @@ func killListed(dir string, pids []int, hasKill bool) (int, error) {
 
 // cgroupPIDs lists the processes in the group dir (exited ones leave at once).
 func cgroupPIDs(dir string) ([]int, error) {
-	b, err := readCgroupFile(filepath.Join(dir, "cgroup.procs"))
+	b, err := rawio.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
 	}
@@ -469,43 +471,6 @@ func cgroupPIDs(dir string) ([]int, error) {
 		}
 	}
 	return pids, nil
-}
-
-// readCgroupFile reads a cgroupfs file with open, read and close only (an
-// os.File adds fcntl and epoll calls, which every run's check would pay).
-func readCgroupFile(path string) ([]byte, error) {
-	fd, err := openRetry(path, unix.O_RDONLY|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	var buf [256]byte
-	b := buf[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
-	}
-}
-
-// openRetry is unix.Open (mode 0), again while a signal interrupts it.
-func openRetry(path string, flags int) (int, error) {
-	for {
-		fd, err := unix.Open(path, flags, 0)
-		if !errors.Is(err, unix.EINTR) {
-			return fd, err
-		}
-	}
 }
 
 // rmdirCgroup removes an empty group. The kernel may report it busy for a

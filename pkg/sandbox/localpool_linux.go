@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfleet/agentfleet/pkg/internal/rawio"
 )
 
 // privateDirNames reports whether path is a directory (not a symlink) of
@@ -12,7 +14,7 @@ import (
 // pristine sandbox checks five directories, where os.Lstat, os.Open and
 // Readdirnames cost seven system calls each.
 func privateDirNames(path string) (names []string, ok bool) {
-	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	fd, err := rawio.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, false
 	}

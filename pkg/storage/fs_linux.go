@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfleet/agentfleet/pkg/internal/rawio"
 )
 
 // haveSyncfs: syncfs(2) flushes every dirty page and inode of the
@@ -28,14 +30,14 @@ func (s *FS) syncAll() error { return onDir(s.root, "syncfs", unix.Syncfs) }
 func stage(dir string, value []byte) (string, error) {
 	for try := 0; ; try++ {
 		name := filepath.Join(dir, "~tmp-"+strconv.FormatUint(rand.Uint64(), 36))
-		fd, err := openRetry(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+		fd, err := rawio.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 		if err == unix.EEXIST && try < 100 {
 			continue
 		}
 		if err != nil {
 			return "", &fs.PathError{Op: "open", Path: name, Err: err}
 		}
-		err = writeAll(fd, value)
+		err = rawio.WriteAll(fd, value)
 		if cerr := unix.Close(fd); err == nil {
 			err = cerr
 		}
@@ -45,29 +47,6 @@ func stage(dir string, value []byte) (string, error) {
 		}
 		return name, nil
 	}
-}
-
-func openRetry(path string, flags int, mode uint32) (int, error) {
-	for {
-		fd, err := unix.Open(path, flags, mode)
-		if err != unix.EINTR {
-			return fd, err
-		}
-	}
-}
-
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
 }
 
 // syncDir fsyncs a directory, so the entries created or renamed in it
@@ -83,7 +62,7 @@ func syncDir(dir string) error {
 
 // onDir opens dir and runs op (named opName in its error) on it.
 func onDir(dir, opName string, op func(fd int) error) error {
-	fd, err := openRetry(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := rawio.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
