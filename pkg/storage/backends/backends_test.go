@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -124,17 +126,23 @@ func TestOpenErrors(t *testing.T) {
 	require.ErrorContains(t, err, "invalid role")
 }
 
+// registerRuns numbers TestRegisterAddsScheme's runs.
+var registerRuns atomic.Int32
+
 func TestRegisterAddsScheme(t *testing.T) {
 	t.Parallel()
 	mem := storagetest.NewMem()
 	var gotURL *url.URL
 	var gotRole backends.Role
-	backends.Register("memtest", func(_ context.Context, u *url.URL, role backends.Role, _ backends.Deps) (storage.Store, error) {
+	// A scheme of its own per run: the registry is the process's, and
+	// -count=N runs this test N times in one process.
+	scheme := "memtest" + strconv.Itoa(int(registerRuns.Add(1)))
+	backends.Register(scheme, func(_ context.Context, u *url.URL, role backends.Role, _ backends.Deps) (storage.Store, error) {
 		gotURL, gotRole = u, role
 		return mem, nil
 	})
-	require.Contains(t, backends.Schemes(), "memtest")
-	s, err := backends.Open(t.Context(), "memtest://acct/ns?endpoint=http://x", backends.Status, backends.Deps{})
+	require.Contains(t, backends.Schemes(), scheme)
+	s, err := backends.Open(t.Context(), scheme+"://acct/ns?endpoint=http://x", backends.Status, backends.Deps{})
 	require.NoError(t, err)
 	require.Same(t, mem, s)
 	require.Equal(t, "acct", gotURL.Host)
@@ -142,7 +150,7 @@ func TestRegisterAddsScheme(t *testing.T) {
 	require.Equal(t, backends.Status, gotRole)
 
 	require.Panics(t, func() {
-		backends.Register("memtest", func(context.Context, *url.URL, backends.Role, backends.Deps) (storage.Store, error) { return nil, nil })
+		backends.Register(scheme, func(context.Context, *url.URL, backends.Role, backends.Deps) (storage.Store, error) { return nil, nil })
 	})
 	require.Panics(t, func() { backends.Register("nilfn", nil) })
 }
