@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -631,21 +630,14 @@ func rss(t testing.TB, sz sizes) (idle, base, delta float64) {
 	require.NoError(t, err)
 	base = steadyRSS(t, bare.Process.Pid)
 
-	httpAddr := freePort(t)
-	wk := exec.Command(workerBin, "--nats-url", url, "--storage", "file://"+filepath.Join(dir, "data"),
-		"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
-		"--agent-cmd", agentBin, "--slots", "1", "--http", httpAddr, "--log-level", "warn")
-	wk.Stderr = os.Stderr
-	require.NoError(t, wk.Start())
-	defer func() { _ = wk.Process.Kill(); _ = wk.Wait() }()
-	fleettest.Eventually(t, time.Minute, func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "worker ready")
+	var httpAddr string
+	wk := startServing(t, "worker", filepath.Join(dir, "worker.log"), workerBin, func() []string {
+		httpAddr = freePort(t)
+		return []string{"--nats-url", url, "--storage", "file://" + filepath.Join(dir, "data"),
+			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
+			"--agent-cmd", agentBin, "--slots", "1", "--http", httpAddr}
+	}, func() bool { return httpOK("http://" + httpAddr + "/readyz") })
+	defer func() { _ = wk.Process.Kill(); <-wk.exited }()
 	idle = steadyRSS(t, wk.Process.Pid)
 
 	// Occupy the worker's only slot, then queue many jobs behind it.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -29,7 +29,7 @@ import (
 // each one's CPU can be read from /proc/<pid>/stat, apart from the
 // harness that submits jobs and watches their statuses.
 type fleetProcs struct {
-	nats, dispatcher, worker *exec.Cmd
+	nats, dispatcher, worker *proc
 	nc                       *nats.Conn
 	js                       jetstream.JetStream
 	names                    protocol.Names
@@ -53,7 +53,18 @@ func buildBins(t testing.TB) binaries {
 	}
 }
 
-func startProc(t testing.TB, name, log string, bin string, args ...string) *exec.Cmd {
+// proc is a child process of the harness, watched from its start, so a
+// wait for it to be ready ends as soon as it exits, with its log's tail.
+type proc struct {
+	*exec.Cmd
+	name, log string
+	exited    chan struct{} // closed once the process has exited
+	err       error         // its Wait error, once exited is closed
+}
+
+// startProc starts bin with args, its output in the file log; it is
+// interrupted (killed after 30 s) when t ends.
+func startProc(t testing.TB, name, log string, bin string, args ...string) *proc {
 	c := exec.Command(bin, args...)
 	f, err := os.Create(log)
 	require.NoError(t, err)
@@ -62,34 +73,112 @@ func startProc(t testing.TB, name, log string, bin string, args ...string) *exec
 	// Killed with the benchmark, whatever ends it.
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, c.Start(), name)
+	p := &proc{Cmd: c, name: name, log: log, exited: make(chan struct{})}
+	go func() { p.err = c.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		_ = c.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = c.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-p.exited:
 		case <-time.After(30 * time.Second):
 			_ = c.Process.Kill()
-			<-done
+			<-p.exited
 		}
 		_ = f.Close()
 	})
-	return c
+	return p
+}
+
+// errExited is waitReady's error for a process that exited first.
+var errExited = errors.New("exited before it was ready")
+
+// waitReady polls ready every 50 ms for up to a minute. It returns
+// errExited (wrapped, with the exit status and the log's tail) as soon
+// as p exits, and fails t if the minute passes, with the log's tail.
+func (p *proc) waitReady(t testing.TB, ready func() bool) error {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s %w (%v); its log ends:\n%s", p.name, errExited, p.err, p.logTail())
+		default:
+		}
+		if ready() {
+			return nil
+		}
+		select {
+		case <-p.exited:
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("%s not ready in a minute; its log ends:\n%s", p.name, p.logTail())
+		}
+	}
+}
+
+// logTail is the last 2 KiB of p's log.
+func (p *proc) logTail() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b[max(0, len(b)-2048):])
+}
+
+// startServing starts a process that serves HTTP on ports the harness
+// picked (args makes its arguments from fresh ones each time) and waits
+// until ready says it is. Picked ports are free when picked, not when the
+// process binds them: another process may take one in between, so a
+// process that exits on an address in use is started again, up to three
+// times.
+func startServing(t testing.TB, name, log, bin string, args func() []string, ready func() bool) *proc {
+	t.Helper()
+	for try := 1; ; try++ {
+		p := startProc(t, name, log, bin, args()...)
+		err := p.waitReady(t, ready)
+		if err == nil {
+			return p
+		}
+		if try == 3 || !strings.Contains(p.logTail(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("%s: a port was taken before it bound it; starting it again", name)
+	}
 }
 
 // client bounds every request the harness makes.
 var client = &http.Client{Timeout: 5 * time.Second}
 
-func waitHTTP(t testing.TB, url, what string) {
-	fleettest.Eventually(t, time.Minute, func() bool {
-		resp, err := client.Get(url)
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, what)
+// natsPorts is the part of nats-server's ports file the harness reads.
+type natsPorts struct {
+	Nats       []string `json:"nats"`
+	Monitoring []string `json:"monitoring"`
+	Profile    []string `json:"profile"`
+}
+
+// readPorts reads a ports file; ok is false until it is written whole.
+func readPorts(t testing.TB, path string) (p natsPorts, ok bool) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return p, false
+	}
+	require.NoError(t, err)
+	if json.Unmarshal(b, &p) != nil || len(p.Nats) == 0 || len(p.Monitoring) == 0 {
+		return p, false
+	}
+	return p, true
+}
+
+// httpOK reports whether a GET of url answers 200.
+func httpOK(url string) bool {
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // startFleetProcs starts the three processes with slots worker slots and
@@ -98,19 +187,29 @@ func startFleetProcs(t testing.TB, slots int) *fleetProcs {
 	bins := buildBins(t)
 	dir := t.TempDir()
 	fp := &fleetProcs{names: protocol.NewNames("")}
-	natsAddr := freePort(t)
-	host, port, _ := strings.Cut(natsAddr, ":")
-	fp.natsMonitor = freePort(t)
-	_, mport, _ := strings.Cut(fp.natsMonitor, ":")
-	natsArgs := []string{"-a", host, "-p", port, "-m", mport, "-js", "-sd", filepath.Join(dir, "nats")}
-	if os.Getenv("BENCH_PROFILE_DIR") != "" {
-		fp.natsProfile = freePort(t)
-		_, pp, _ := strings.Cut(fp.natsProfile, ":")
-		natsArgs = append(natsArgs, "--profile", pp)
+	profiling := os.Getenv("BENCH_PROFILE_DIR") != ""
+	// nats-server picks its own ports and writes them to a file, so no
+	// other process can take one between the harness's pick and its bind.
+	portsDir := filepath.Join(dir, "ports")
+	require.NoError(t, os.Mkdir(portsDir, 0o755))
+	natsArgs := []string{"-a", "127.0.0.1", "-p", "-1", "-m", "-1", "--ports_file_dir", portsDir,
+		"-js", "-sd", filepath.Join(dir, "nats")}
+	if profiling {
+		natsArgs = append(natsArgs, "--profile", "-1")
 	}
 	fp.nats = startProc(t, "nats-server", filepath.Join(dir, "nats.log"), bins.nats, natsArgs...)
-	url := "nats://" + natsAddr
-	fleettest.Eventually(t, time.Minute, func() bool {
+	var url string
+	require.NoError(t, fp.nats.waitReady(t, func() bool {
+		if url == "" {
+			ports, ok := readPorts(t, filepath.Join(portsDir, fmt.Sprintf("nats-server_%d.ports", fp.nats.Process.Pid)))
+			if !ok || (profiling && len(ports.Profile) == 0) {
+				return false
+			}
+			url, fp.natsMonitor = ports.Nats[0], strings.TrimPrefix(ports.Monitoring[0], "http://")
+			if profiling {
+				fp.natsProfile = strings.TrimPrefix(ports.Profile[0], "http://")
+			}
+		}
 		nc, err := nats.Connect(url)
 		if err != nil {
 			return false
@@ -120,32 +219,38 @@ func startFleetProcs(t testing.TB, slots int) *fleetProcs {
 		if err != nil {
 			return false
 		}
-		_, err = js.AccountInfo(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = js.AccountInfo(ctx)
 		return err == nil
-	}, "nats-server ready")
+	}))
 
 	fp.dataDir = filepath.Join(dir, "data")
 	storage := "file://" + fp.dataDir
-	dispHTTP := freePort(t)
-	dargs := []string{"serve", "--nats-url", url, "--storage", storage, "--http", dispHTTP,
-		"--max-concurrency", strconv.Itoa(max(64, slots))}
-	if os.Getenv("BENCH_PROFILE_DIR") != "" {
-		fp.dispPprof = freePort(t)
-		dargs = append(dargs, "--pprof", fp.dispPprof)
-	}
-	fp.dispatcher = startProc(t, "dispatcher", filepath.Join(dir, "dispatcher.log"), bins.dispatcher, dargs...)
-	waitHTTP(t, "http://"+dispHTTP+"/readyz", "dispatcher ready")
+	var dispHTTP string
+	fp.dispatcher = startServing(t, "dispatcher", filepath.Join(dir, "dispatcher.log"), bins.dispatcher, func() []string {
+		dispHTTP = freePort(t)
+		dargs := []string{"serve", "--nats-url", url, "--storage", storage, "--http", dispHTTP,
+			"--max-concurrency", strconv.Itoa(max(64, slots))}
+		if profiling {
+			fp.dispPprof = freePort(t)
+			dargs = append(dargs, "--pprof", fp.dispPprof)
+		}
+		return dargs
+	}, func() bool { return httpOK("http://" + dispHTTP + "/readyz") })
 
-	workHTTP := freePort(t)
-	wargs := []string{"--nats-url", url, "--storage", storage,
-		"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
-		"--agent-cmd", bins.agent, "--slots", strconv.Itoa(slots), "--http", workHTTP}
-	if os.Getenv("BENCH_PROFILE_DIR") != "" {
-		fp.workerPprof = freePort(t)
-		wargs = append(wargs, "--pprof", fp.workerPprof)
-	}
-	fp.worker = startProc(t, "worker", filepath.Join(dir, "worker.log"), bins.worker, wargs...)
-	waitHTTP(t, "http://"+workHTTP+"/readyz", "worker ready")
+	var workHTTP string
+	fp.worker = startServing(t, "worker", filepath.Join(dir, "worker.log"), bins.worker, func() []string {
+		workHTTP = freePort(t)
+		wargs := []string{"--nats-url", url, "--storage", storage,
+			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
+			"--agent-cmd", bins.agent, "--slots", strconv.Itoa(slots), "--http", workHTTP}
+		if profiling {
+			fp.workerPprof = freePort(t)
+			wargs = append(wargs, "--pprof", fp.workerPprof)
+		}
+		return wargs
+	}, func() bool { return httpOK("http://" + workHTTP + "/readyz") })
 
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
