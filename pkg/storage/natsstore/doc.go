@@ -9,7 +9,9 @@
 //     Store bucket, chunked by nats.go; the fleet uses it for transcripts and
 //     journal chunks (bucket FLEET_TRANSCRIPTS). It implements
 //     storage.StreamPutter; it does not implement storage.Creator, because
-//     the Object Store has no create-if-absent.
+//     the Object Store has no create-if-absent. The object names are also
+//     kept in a Key-Value bucket, the name index (NamesBucket: the bucket's
+//     name with "_NAMES"), so that List reads only what is under its prefix.
 //
 // # Buckets
 //
@@ -33,9 +35,24 @@
 // # Consistency and cost
 //
 // Both are strongly consistent: a Put acknowledged by JetStream is seen by
-// every later Get and List. Objects.List reads the metadata of every object
-// in the bucket and filters it in the client (the Object Store has no
-// server-side name filter), so it costs one small message per object stored.
+// every later Get and List.
+//
+// The Object Store has no server-side name filter: listing it reads the
+// metadata of every object in the bucket. The archiver lists a query's
+// journal chunks for every query it archives, so that cost grew with every
+// transcript ever stored. Objects.List therefore reads the name index with
+// a subject filter, as KV.List does, and then reads the metadata of each
+// name it found, to keep only the names that are objects. Its cost is the
+// number of names under the prefix, whatever else the bucket holds.
+//
+// Put writes the name before the object and Delete removes it after the
+// object, so every stored object is in the index. A name whose object is
+// missing (a Put that failed after writing the name, or a Delete that
+// failed before removing it) is skipped by List. NewObjects fills an index
+// that it has just created from the objects already stored, so a bucket
+// written before the index existed keeps working. A process of such an
+// older version that still writes objects afterwards does not index them.
+// Upgrade every process that writes to a bucket together.
 //
 // # Errors and deadlines
 //

@@ -154,3 +154,68 @@ func TestServerDownIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte("v"), v)
 }
+
+// TestObjectsListReadsOnlyThePrefix: listing a prefix costs what is under
+// it, not what the bucket holds. The archiver lists a query's chunks for
+// every query it archives; reading every object's metadata made that cost
+// grow with the bucket (every transcript ever stored).
+func TestObjectsListReadsOnlyThePrefix(t *testing.T) {
+	t.Parallel()
+	srv, _, js := natstest.RunJetStream(t)
+	ctx := t.Context()
+	s, err := natsstore.NewObjects(ctx, js, bucketName())
+	require.NoError(t, err)
+	const others = 300
+	for i := range others {
+		require.NoError(t, s.Put(ctx, fmt.Sprintf("queries/t/q%d/transcript.ndjson", i), []byte("x\n")))
+	}
+	want := []string{"queries/t/q7/chunks/1.ndjson", "queries/t/q7/chunks/2.ndjson"}
+	for _, k := range want {
+		require.NoError(t, s.Put(ctx, k, []byte("y\n")))
+	}
+	before, err := srv.Varz(nil)
+	require.NoError(t, err)
+	got, err := s.List(ctx, "queries/t/q7/chunks/")
+	require.NoError(t, err)
+	after, err := srv.Varz(nil)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Less(t, after.OutMsgs-before.OutMsgs, int64(others/3),
+		"messages the server sent for one List, with %d objects elsewhere in the bucket", others)
+}
+
+// TestObjectsNameIndex: a bucket written before it had a name index is
+// indexed when it is opened, and a name whose object is not stored (a Put
+// that died after writing the name) is not listed.
+func TestObjectsNameIndex(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.RunJetStream(t)
+	ctx := t.Context()
+	bucket := bucketName()
+	raw, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket})
+	require.NoError(t, err)
+	_, err = raw.PutBytes(ctx, "a/old", []byte("1"))
+	require.NoError(t, err)
+
+	s, err := natsstore.NewObjects(ctx, js, bucket)
+	require.NoError(t, err)
+	got, err := s.List(ctx, "a/")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/old"}, got, "an object stored before the index is found")
+
+	names, err := js.KeyValue(ctx, natsstore.NamesBucket(bucket))
+	require.NoError(t, err)
+	_, err = names.Put(ctx, "a.orphan", nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Put(ctx, "a/new", []byte("2")))
+	got, err = s.List(ctx, "a/")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/new", "a/old"}, got, "a name without its object is not listed")
+
+	require.NoError(t, s.Delete(ctx, "a/old"))
+	got, err = s.List(ctx, "a/")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/new"}, got)
+	_, err = names.Get(ctx, "a.old")
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a deleted object's name leaves the index")
+}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,6 +16,7 @@ import (
 // of any size (transcripts, journal chunks). See the package doc.
 type Objects struct {
 	obs     jetstream.ObjectStore
+	names   *KV // the name index: one key per object name (see the package doc)
 	bucket  string
 	options options
 }
@@ -28,7 +27,9 @@ var (
 )
 
 // NewObjects opens the Object Store bucket, creating it (file storage) if it
-// does not exist. Options: WithReplicas, WithTimeout.
+// does not exist, and its name index, the Key-Value bucket NamesBucket(bucket)
+// (filled from the objects' metadata when this call creates it). Options:
+// WithReplicas, WithTimeout.
 func NewObjects(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Objects, error) {
 	o := buildOptions(opts)
 	ctx, cancel := withDeadline(ctx, o.timeout)
@@ -37,7 +38,64 @@ func NewObjects(ctx context.Context, js jetstream.JetStream, bucket string, opts
 	if err != nil {
 		return nil, wrap("objects", "open bucket", bucket, err)
 	}
-	return &Objects{obs: obs, bucket: bucket, options: o}, nil
+	names, created, err := openNames(ctx, js, NamesBucket(bucket), o)
+	if err != nil {
+		return nil, wrap("objects", "open name index", NamesBucket(bucket), err)
+	}
+	s := &Objects{obs: obs, names: &KV{kv: names, bucket: NamesBucket(bucket), options: o}, bucket: bucket, options: o}
+	if created {
+		if err := s.indexExisting(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// NamesBucket is the Key-Value bucket that indexes the names of the objects
+// in the Object Store bucket.
+func NamesBucket(bucket string) string { return bucket + "_NAMES" }
+
+// openNames opens the name index, creating it if it does not exist; created
+// says whether this call created it.
+func openNames(ctx context.Context, js jetstream.JetStream, bucket string, o options) (kv jetstream.KeyValue, created bool, err error) {
+	for range 3 {
+		kv, err := js.KeyValue(ctx, bucket)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return kv, false, err
+		}
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "agentfleet object names",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.replicas,
+		})
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			return kv, err == nil, err
+		}
+	}
+	return nil, false, fmt.Errorf("bucket %s keeps appearing and disappearing", bucket)
+}
+
+// indexExisting adds the names of the objects already stored (a bucket
+// written before it had a name index) to the index.
+func (s *Objects) indexExisting(ctx context.Context) error {
+	infos, err := s.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		return wrap("objects", "index existing names", s.bucket, err)
+	}
+	for _, info := range infos {
+		if info.Deleted || storage.ValidateKey(info.Name) != nil {
+			continue
+		}
+		if err := s.names.Put(ctx, info.Name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func openObjects(ctx context.Context, js jetstream.JetStream, bucket string, o options) (jetstream.ObjectStore, error) {
@@ -80,6 +138,11 @@ func (s *Objects) put(ctx context.Context, key string, r io.Reader) error {
 	}
 	ctx, cancel := withDeadline(ctx, s.options.timeout)
 	defer cancel()
+	// The name first: an object is never stored without its name in the
+	// index, and List checks that a name it finds is an object.
+	if err := s.names.Put(ctx, key, nil); err != nil {
+		return err
+	}
 	if _, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: key}, ctxReader{ctx: ctx, r: r}); err != nil {
 		return wrap("objects", "put", key, err)
 	}
@@ -106,29 +169,35 @@ func (s *Objects) Get(ctx context.Context, key string) ([]byte, error) {
 	return b, nil
 }
 
-// List implements storage.Store. It reads every object's metadata and keeps
-// the names starting with prefix (see the package doc for the cost).
+// List implements storage.Store. It reads the names under prefix from the
+// name index (a subject filter on the server, as KV.List) and keeps those
+// that are objects: one metadata read per name found, whatever else the
+// bucket holds.
 func (s *Objects) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("natsstore: objects list %q: %w", prefix, err)
 	}
 	ctx, cancel := withDeadline(ctx, s.options.timeout)
 	defer cancel()
-	infos, err := s.obs.List(ctx)
+	names, err := s.names.List(ctx, prefix)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoObjectsFound) {
-			return nil, nil
-		}
-		return nil, wrap("objects", "list", prefix, err)
+		return nil, err
 	}
-	var keys []string
-	for _, info := range infos {
-		if !info.Deleted && strings.HasPrefix(info.Name, prefix) && storage.ValidateKey(info.Name) == nil {
-			keys = append(keys, info.Name)
+	keys := names[:0]
+	for _, name := range names {
+		// A name whose Put has not stored the object yet, or whose Delete
+		// has not removed the name yet (or died in between), is no object.
+		info, err := s.obs.GetInfo(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			continue
+		case err != nil:
+			return nil, wrap("objects", "list", prefix, err)
+		case !info.Deleted:
+			keys = append(keys, name)
 		}
 	}
-	slices.Sort(keys)
-	return slices.Compact(keys), nil
+	return keys, nil
 }
 
 // Delete implements storage.Store.
@@ -141,7 +210,8 @@ func (s *Objects) Delete(ctx context.Context, key string) error {
 	if err := s.obs.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return wrap("objects", "delete", key, err)
 	}
-	return nil
+	// The name last: see put.
+	return s.names.Delete(ctx, key)
 }
 
 // Close implements storage.Store; the NATS connection stays open.
