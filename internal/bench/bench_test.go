@@ -6,6 +6,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -137,7 +138,7 @@ func relay(t testing.TB, sz sizes) (r relayResult) {
 	rounds := max(1, sz.relayRounds)
 	per := max(1, sz.relayLines/rounds)
 	r.lines = per * rounds
-	fp := startFleetProcs(t, 1)
+	fp := startFleetProcs(t, 1, "file")
 	for round := range rounds {
 		last := round == rounds-1
 		var base, fenced, fleet relayArm
@@ -326,6 +327,7 @@ func fleetRelay(t testing.TB, fp *fleetProcs, round, n int, profile bool, procs 
 // agent writes. BENCH_SLOTS and BENCH_LINES change it, for `make bench/scale`.
 type dispatchShape struct {
 	jobs, slots, lines int
+	storage            string // BENCH_STORAGE: "file" (file://) or "nats" (nats://)
 }
 
 func (d dispatchShape) prompt() string {
@@ -345,6 +347,10 @@ func shapeFromEnv(t testing.TB, jobs int) dispatchShape {
 		d.jobs = min(d.jobs, max(10, 200_000/d.lines))
 	}
 	envInt(t, "BENCH_JOBS", &d.jobs, 1)
+	d.storage = cmp.Or(os.Getenv("BENCH_STORAGE"), "file")
+	if d.storage != "file" && d.storage != "nats" {
+		t.Fatalf("BENCH_STORAGE=%q: want file or nats", d.storage)
+	}
 	return d
 }
 
@@ -456,7 +462,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	r.baseRate = float64(d.jobs) / time.Since(start).Seconds()
 	r.baseCPU = cpuTime(t) - cpu0
 
-	fp := startFleetProcs(t, d.slots)
+	fp := startFleetProcs(t, d.slots, d.storage)
 	r.createUS[0] = fileCreateCPU(t, fp.dataDir)
 	done, stop := terminalWatcher(t, fp.nc, fp.names)
 	defer stop()
@@ -516,7 +522,7 @@ func bareSpawn(t testing.TB, cmd []string) time.Duration {
 // for single lines, on the fleet as processes.
 func latency(t testing.TB, sz sizes) (p50, p99, bare50, bare99, lineP99 float64) {
 	cmd := fleettest.AgentCommand(t)
-	f := startFleetProcs(t, 1)
+	f := startFleetProcs(t, 1, "file")
 	done, stop := terminalWatcher(t, f.nc, f.names)
 	defer stop()
 	sub, err := f.nc.SubscribeSync(f.names.Prefix() + ".query.default.*.msg")
@@ -686,7 +692,7 @@ func BenchmarkFleet(b *testing.B) {
 	b.Run("dispatch", func(b *testing.B) {
 		d := shapeFromEnv(b, full.dispatchJobs)
 		r := dispatch(b, d)
-		fmt.Printf("# dispatch: %d jobs, %d slots, %d lines per job (0 = the 3-line echo)\n", d.jobs, d.slots, d.lines)
+		fmt.Printf("# dispatch: %d jobs, %d slots, %d lines per job (0 = the 3-line echo), %s storage\n", d.jobs, d.slots, d.lines, d.storage)
 		figure("dispatch_jobs_per_s", r.fleetRate, "jobs/s")
 		figure("dispatch_baseline_jobs_per_s", r.baseRate, "jobs/s")
 		figure("dispatch_ratio", r.fleetRate/r.baseRate, "ratio")

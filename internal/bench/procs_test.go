@@ -36,7 +36,7 @@ type fleetProcs struct {
 	workerPprof, dispPprof   string
 	natsProfile              string
 	natsMonitor              string
-	dataDir                  string // the file:// storage of dispatcher and worker
+	dataDir                  string // the file:// storage of dispatcher and worker (if not nats://)
 }
 
 type binaries struct{ nats, dispatcher, worker, agent string }
@@ -182,8 +182,9 @@ func httpOK(url string) bool {
 }
 
 // startFleetProcs starts the three processes with slots worker slots and
-// waits until the worker is ready.
-func startFleetProcs(t testing.TB, slots int) *fleetProcs {
+// storage ("file", in dataDir, or "nats": the server's KV and Object Store)
+// and waits until the worker is ready.
+func startFleetProcs(t testing.TB, slots int, storage string) *fleetProcs {
 	bins := buildBins(t)
 	dir := t.TempDir()
 	fp := &fleetProcs{names: protocol.NewNames("")}
@@ -226,11 +227,15 @@ func startFleetProcs(t testing.TB, slots int) *fleetProcs {
 	}))
 
 	fp.dataDir = filepath.Join(dir, "data")
-	storage := "file://" + fp.dataDir
+	storeURL := "file://" + fp.dataDir
+	if storage == "nats" {
+		storeURL = "nats://"
+		require.NoError(t, os.Mkdir(fp.dataDir, 0o755)) // for fileCreateCPU
+	}
 	var dispHTTP string
 	fp.dispatcher = startServing(t, "dispatcher", filepath.Join(dir, "dispatcher.log"), bins.dispatcher, func() []string {
 		dispHTTP = freePort(t)
-		dargs := []string{"serve", "--nats-url", url, "--storage", storage, "--http", dispHTTP,
+		dargs := []string{"serve", "--nats-url", url, "--storage", storeURL, "--http", dispHTTP,
 			"--max-concurrency", strconv.Itoa(max(64, slots))}
 		if profiling {
 			fp.dispPprof = freePort(t)
@@ -242,7 +247,7 @@ func startFleetProcs(t testing.TB, slots int) *fleetProcs {
 	var workHTTP string
 	fp.worker = startServing(t, "worker", filepath.Join(dir, "worker.log"), bins.worker, func() []string {
 		workHTTP = freePort(t)
-		wargs := []string{"--nats-url", url, "--storage", storage,
+		wargs := []string{"--nats-url", url, "--storage", storeURL,
 			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
 			"--agent-cmd", bins.agent, "--slots", strconv.Itoa(slots), "--http", workHTTP}
 		if profiling {
