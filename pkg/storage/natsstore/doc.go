@@ -48,9 +48,10 @@
 // Put writes the name before the object and Delete removes it after the
 // object, so every stored object is in the index. A name whose object is
 // missing (a Put that failed after writing the name, or a Delete that
-// failed before removing it) is skipped by List. NewObjects fills an index
-// that it has just created from the objects already stored, so a bucket
-// written before the index existed keeps working. A process of such an
+// failed before removing it) is skipped by List. NewObjects fills the index
+// from the objects already stored until one fill has finished (a marker key
+// then says so), so a bucket written before the index existed keeps
+// working. A process of such an
 // older version that still writes objects afterwards does not index them.
 // Upgrade every process that writes to a bucket together.
 //

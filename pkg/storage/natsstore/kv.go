@@ -31,14 +31,14 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...O
 	o := buildOptions(opts)
 	ctx, cancel := withDeadline(ctx, o.timeout)
 	defer cancel()
-	kv, err := openKV(ctx, js, bucket, o)
+	kv, err := openKV(ctx, js, bucket, "agentfleet status records", o)
 	if err != nil {
 		return nil, wrap("kv", "open bucket", bucket, err)
 	}
 	return &KV{kv: kv, bucket: bucket, options: o}, nil
 }
 
-func openKV(ctx context.Context, js jetstream.JetStream, bucket string, o options) (jetstream.KeyValue, error) {
+func openKV(ctx context.Context, js jetstream.JetStream, bucket, description string, o options) (jetstream.KeyValue, error) {
 	for range 3 {
 		kv, err := js.KeyValue(ctx, bucket)
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -46,7 +46,7 @@ func openKV(ctx context.Context, js jetstream.JetStream, bucket string, o option
 		}
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bucket,
-			Description: "agentfleet status records",
+			Description: description,
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    o.replicas,

@@ -218,4 +218,20 @@ func TestObjectsNameIndex(t *testing.T) {
 	require.Equal(t, []string{"a/new"}, got)
 	_, err = names.Get(ctx, "a.old")
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a deleted object's name leaves the index")
+
+	// A filled index is not filled again; one whose fill did not finish
+	// (no marker) is, by the next NewObjects.
+	_, err = raw.PutBytes(ctx, "a/unindexed", []byte("3"))
+	require.NoError(t, err)
+	s, err = natsstore.NewObjects(ctx, js, bucket)
+	require.NoError(t, err)
+	got, err = s.List(ctx, "a/")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/new"}, got)
+	require.NoError(t, names.Purge(ctx, "/"))
+	s, err = natsstore.NewObjects(ctx, js, bucket)
+	require.NoError(t, err)
+	got, err = s.List(ctx, "a/")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/new", "a/unindexed"}, got)
 }

@@ -27,9 +27,9 @@ var (
 )
 
 // NewObjects opens the Object Store bucket, creating it (file storage) if it
-// does not exist, and its name index, the Key-Value bucket NamesBucket(bucket)
-// (filled from the objects' metadata when this call creates it). Options:
-// WithReplicas, WithTimeout.
+// does not exist, and its name index, the Key-Value bucket NamesBucket(bucket),
+// which it fills from the objects' metadata until one filling has finished.
+// Options: WithReplicas, WithTimeout.
 func NewObjects(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Objects, error) {
 	o := buildOptions(opts)
 	ctx, cancel := withDeadline(ctx, o.timeout)
@@ -38,53 +38,37 @@ func NewObjects(ctx context.Context, js jetstream.JetStream, bucket string, opts
 	if err != nil {
 		return nil, wrap("objects", "open bucket", bucket, err)
 	}
-	names, created, err := openNames(ctx, js, NamesBucket(bucket), o)
+	names, err := openKV(ctx, js, NamesBucket(bucket), "agentfleet object names", o)
 	if err != nil {
 		return nil, wrap("objects", "open name index", NamesBucket(bucket), err)
 	}
 	s := &Objects{obs: obs, names: &KV{kv: names, bucket: NamesBucket(bucket), options: o}, bucket: bucket, options: o}
-	if created {
+	switch _, err := names.Get(ctx, indexedKey); {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 		if err := s.indexExisting(ctx); err != nil {
 			return nil, err
 		}
+	case err != nil:
+		return nil, wrap("objects", "open name index", NamesBucket(bucket), err)
 	}
 	return s, nil
 }
+
+// indexedKey, in the name index, says that the index holds the names of
+// the objects stored before it existed. No store key maps to it ("." is
+// not a valid key), so no List finds it.
+const indexedKey = "/"
 
 // NamesBucket is the Key-Value bucket that indexes the names of the objects
 // in the Object Store bucket.
 func NamesBucket(bucket string) string { return bucket + "_NAMES" }
 
-// openNames opens the name index, creating it if it does not exist; created
-// says whether this call created it.
-func openNames(ctx context.Context, js jetstream.JetStream, bucket string, o options) (kv jetstream.KeyValue, created bool, err error) {
-	for range 3 {
-		kv, err := js.KeyValue(ctx, bucket)
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return kv, false, err
-		}
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "agentfleet object names",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    o.replicas,
-		})
-		if !errors.Is(err, jetstream.ErrBucketExists) {
-			return kv, err == nil, err
-		}
-	}
-	return nil, false, fmt.Errorf("bucket %s keeps appearing and disappearing", bucket)
-}
-
 // indexExisting adds the names of the objects already stored (a bucket
-// written before it had a name index) to the index.
+// written before it had a name index) to the index, then marks it filled.
+// Until then every NewObjects fills it again: the names are the same.
 func (s *Objects) indexExisting(ctx context.Context) error {
 	infos, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return wrap("objects", "index existing names", s.bucket, err)
 	}
 	for _, info := range infos {
@@ -94,6 +78,9 @@ func (s *Objects) indexExisting(ctx context.Context) error {
 		if err := s.names.Put(ctx, info.Name, nil); err != nil {
 			return err
 		}
+	}
+	if _, err := s.names.kv.Put(ctx, indexedKey, nil); err != nil {
+		return wrap("objects", "index existing names", s.bucket, err)
 	}
 	return nil
 }
@@ -185,6 +172,9 @@ func (s *Objects) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	keys := names[:0]
 	for _, name := range names {
+		if storage.ValidateKey(name) != nil {
+			continue
+		}
 		// A name whose Put has not stored the object yet, or whose Delete
 		// has not removed the name yet (or died in between), is no object.
 		info, err := s.obs.GetInfo(ctx, name)
