@@ -636,13 +636,7 @@ func rss(t testing.TB, sz sizes) (idle, base, delta float64) {
 	require.NoError(t, err)
 	base = steadyRSS(t, bare.Process.Pid)
 
-	var httpAddr string
-	wk := startServing(t, "worker", filepath.Join(dir, "worker.log"), workerBin, func() []string {
-		httpAddr = freePort(t)
-		return []string{"--nats-url", url, "--storage", "file://" + filepath.Join(dir, "data"),
-			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
-			"--agent-cmd", agentBin, "--slots", "1", "--http", httpAddr}
-	}, func() bool { return httpOK("http://" + httpAddr + "/readyz") })
+	wk := startWorker(t, workerBin, agentBin, dir, url, "file://"+filepath.Join(dir, "data"), 1, nil)
 	defer func() { _ = wk.Process.Kill(); <-wk.exited }()
 	idle = steadyRSS(t, wk.Process.Pid)
 

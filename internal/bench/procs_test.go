@@ -150,6 +150,25 @@ func startServing(t testing.TB, name, log, bin string, args func() []string, rea
 // client bounds every request the harness makes.
 var client = &http.Client{Timeout: 5 * time.Second}
 
+// startWorker starts the worker binary on url with storeURL, slots slots,
+// agent as its agent and its directories and log under dir, and
+// waits until it is ready. With pprof non-nil it also serves profiles, on
+// the address it sets *pprof to.
+func startWorker(t testing.TB, bin, agent, dir, url, storeURL string, slots int, pprof *string) *proc {
+	var httpAddr string
+	return startServing(t, "worker", filepath.Join(dir, "worker.log"), bin, func() []string {
+		httpAddr = freePort(t)
+		args := []string{"--nats-url", url, "--storage", storeURL,
+			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
+			"--agent-cmd", agent, "--slots", strconv.Itoa(slots), "--http", httpAddr}
+		if pprof != nil {
+			*pprof = freePort(t)
+			args = append(args, "--pprof", *pprof)
+		}
+		return args
+	}, func() bool { return httpOK("http://" + httpAddr + "/readyz") })
+}
+
 // natsPorts is the part of nats-server's ports file the harness reads.
 type natsPorts struct {
 	Nats       []string `json:"nats"`
@@ -244,18 +263,11 @@ func startFleetProcs(t testing.TB, slots int, storage string) *fleetProcs {
 		return dargs
 	}, func() bool { return httpOK("http://" + dispHTTP + "/readyz") })
 
-	var workHTTP string
-	fp.worker = startServing(t, "worker", filepath.Join(dir, "worker.log"), bins.worker, func() []string {
-		workHTTP = freePort(t)
-		wargs := []string{"--nats-url", url, "--storage", storeURL,
-			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
-			"--agent-cmd", bins.agent, "--slots", strconv.Itoa(slots), "--http", workHTTP}
-		if profiling {
-			fp.workerPprof = freePort(t)
-			wargs = append(wargs, "--pprof", fp.workerPprof)
-		}
-		return wargs
-	}, func() bool { return httpOK("http://" + workHTTP + "/readyz") })
+	var pprof *string
+	if profiling {
+		pprof = &fp.workerPprof
+	}
+	fp.worker = startWorker(t, bins.worker, bins.agent, dir, url, storeURL, slots, pprof)
 
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
