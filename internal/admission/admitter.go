@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -203,19 +204,27 @@ func (a *Admitter) Start(ctx context.Context) error {
 	}
 	n := a.names
 	var err error
-	if a.stream, err = a.cfg.JS.Stream(ctx, n.JobsStream()); err != nil {
+	// Each request through provision.Retry: on a cluster a peer can be
+	// offline for a moment, or the meta leader changing, when the
+	// dispatcher starts (a CI run: "no suitable peers for placement, peer
+	// offline" for FLEET_ADMITTER, the buckets before it made).
+	err = provision.Retry(ctx, func(ctx context.Context) (err error) {
+		a.stream, err = a.cfg.JS.Stream(ctx, n.JobsStream())
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("admission: stream %s: %w", n.JobsStream(), err)
 	}
-	if a.tenants, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, tenantsBucket(n, a.cfg.Replicas)); err != nil {
+	if a.tenants, err = provision.KeyValue(ctx, a.cfg.JS, tenantsBucket(n, a.cfg.Replicas)); err != nil {
 		return fmt.Errorf("admission: bucket %s: %w", n.TenantsBucket(), err)
 	}
-	if a.state, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if a.state, err = provision.KeyValue(ctx, a.cfg.JS, jetstream.KeyValueConfig{
 		Bucket: n.AdmissionBucket(), Description: "agentfleet admission: spend per tenant and window, rate-limit pauses",
 		Replicas: a.cfg.Replicas,
 	}); err != nil {
 		return fmt.Errorf("admission: bucket %s: %w", n.AdmissionBucket(), err)
 	}
-	if a.lease, err = a.cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if a.lease, err = provision.KeyValue(ctx, a.cfg.JS, jetstream.KeyValueConfig{
 		Bucket: n.AdmitterBucket(), Description: "agentfleet admitter leadership lease", TTL: a.cfg.LeaseTTL,
 		Replicas: a.cfg.Replicas,
 	}); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -32,7 +33,7 @@ func OpenTenants(ctx context.Context, js jetstream.JetStream, names protocol.Nam
 		err error
 	)
 	if create {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, tenantsBucket(names, 1))
+		kv, err = provision.KeyValue(ctx, js, tenantsBucket(names, 1))
 	} else {
 		kv, err = js.KeyValue(ctx, names.TenantsBucket())
 	}

@@ -118,6 +118,39 @@ func RunJetStream(t testing.TB, opts ...Option) (*server.Server, *nats.Conn, jet
 	return srv, nc, js
 }
 
+// APIRelay returns a JetStream context on nc whose API requests go through
+// a relay on core NATS (API prefix "relay"), so a test can inject the
+// answers a cluster gives: intercept sees each request with its API
+// subject (after "$JS.API.") and returns true when it has answered or
+// dropped it; every other request, and a KV put sent under the prefix, goes
+// to the real server, headers included, and its reply back.
+func APIRelay(t testing.TB, nc *nats.Conn, intercept func(api string, m *nats.Msg) bool) jetstream.JetStream {
+	t.Helper()
+	sub, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
+		api := strings.TrimPrefix(m.Subject, "relay.")
+		if intercept(api, m) {
+			return
+		}
+		subj := "$JS.API." + api
+		if strings.HasPrefix(api, "$KV.") {
+			subj = api
+		}
+		resp, err := nc.RequestMsg(&nats.Msg{Subject: subj, Data: m.Data, Header: m.Header}, 10*time.Second)
+		if err == nil {
+			_ = m.RespondMsg(&nats.Msg{Data: resp.Data, Header: resp.Header})
+		}
+	})
+	if err != nil {
+		t.Fatalf("natstest: relay: %v", err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	js, err := jetstream.NewWithAPIPrefix(nc, "relay")
+	if err != nil {
+		t.Fatalf("natstest: relay: %v", err)
+	}
+	return js
+}
+
 // Restart shuts srv down (if it still runs) and starts a new server with the
 // same options, port and JetStream store, returning it once it accepts
 // connections. Clients from Connect reconnect on their own. To hold an outage

@@ -164,6 +164,15 @@ func Consumer(ctx context.Context, js jetstream.JetStream, stream string, cfg je
 	return c, err
 }
 
+// KeyValue creates or updates a KV bucket, through Retry.
+func KeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (kv jetstream.KeyValue, err error) {
+	err = Retry(ctx, func(ctx context.Context) error {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	})
+	return kv, err
+}
+
 // workConsumer is the work consumer's configuration.
 func workConsumer(n protocol.Names, cfg Config) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{

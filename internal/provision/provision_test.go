@@ -3,7 +3,6 @@ package provision
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,19 +31,9 @@ func TestStreamsSurviveALostReply(t *testing.T) {
 
 	_, nc, js := natstest.RunJetStream(t)
 	var seen atomic.Int64
-	relay, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
-		if seen.Add(1) == 1 {
-			return // lost
-		}
-		resp, err := nc.Request("$JS.API."+strings.TrimPrefix(m.Subject, "relay."), m.Data, 10*time.Second)
-		if err == nil {
-			_ = m.Respond(resp.Data)
-		}
+	viaRelay := natstest.APIRelay(t, nc, func(string, *nats.Msg) bool {
+		return seen.Add(1) == 1 // lost
 	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = relay.Unsubscribe() })
-	viaRelay, err := jetstream.NewWithAPIPrefix(nc, "relay")
-	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -55,7 +44,7 @@ func TestStreamsSurviveALostReply(t *testing.T) {
 		_, err := js.Stream(ctx, name)
 		require.NoError(t, err, name)
 	}
-	_, err = js.Consumer(ctx, names.JobsStream(), names.Consumer())
+	_, err := js.Consumer(ctx, names.JobsStream(), names.Consumer())
 	require.NoError(t, err)
 }
 
