@@ -41,8 +41,11 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...O
 func openKV(ctx context.Context, js jetstream.JetStream, bucket, description string, o options) (jetstream.KeyValue, error) {
 	for range 3 {
 		kv, err := js.KeyValue(ctx, bucket)
+		if err == nil {
+			return kv, scaleUp(ctx, js, "KV_"+bucket, o)
+		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return kv, err
+			return nil, err
 		}
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bucket,

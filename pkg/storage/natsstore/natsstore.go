@@ -25,7 +25,9 @@ type options struct {
 }
 
 // WithReplicas sets the replicas of a bucket created by the constructor
-// (default 1). An existing bucket keeps its own setting.
+// (default 1). An existing bucket with fewer is scaled up to n when opened
+// (a bucket made by an earlier one-replica process, or before the setting,
+// would otherwise stay on one node of a cluster); one with more keeps them.
 func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 
 // WithTimeout sets the deadline given to calls whose context has none
@@ -44,6 +46,28 @@ func buildOptions(opts []Option) options {
 		o.timeout = DefaultTimeout
 	}
 	return o
+}
+
+// scaleUp raises the replicas of stream, the stream behind an existing
+// bucket, to o.replicas if it has fewer. JetStream moves the data to the
+// new peers itself.
+func scaleUp(ctx context.Context, js jetstream.JetStream, stream string, o options) error {
+	if o.replicas <= 1 {
+		return nil
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.Replicas >= o.replicas {
+		return nil
+	}
+	cfg.Replicas = o.replicas
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("scaling stream %s up to %d replicas: %w", stream, o.replicas, err)
+	}
+	return nil
 }
 
 // withDeadline gives ctx a deadline if it has none.
