@@ -23,7 +23,10 @@
 // bucket with fewer than WithReplicas asks is scaled up (a worker of one
 // replica may have made it before the dispatcher asked for three; a bucket
 // left on one node of a cluster loses what it holds with that node). The
-// name index of an Object Store bucket gets the same replicas.
+// name index of an Object Store bucket gets the same replicas. A create or
+// scale-up that a cluster cannot place yet ("no suitable peers" until the
+// meta leader has heard from every peer, or no leader) is tried again until
+// the constructor's context ends.
 //
 // # Keys
 //

@@ -47,12 +47,14 @@ func openKV(ctx context.Context, js jetstream.JetStream, bucket, description str
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, err
 		}
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: description,
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    o.replicas,
+		kv, err = create(ctx, func() (jetstream.KeyValue, error) {
+			return js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      bucket,
+				Description: description,
+				History:     1,
+				Storage:     jetstream.FileStorage,
+				Replicas:    o.replicas,
+			})
 		})
 		if !errors.Is(err, jetstream.ErrBucketExists) {
 			return kv, err

@@ -64,10 +64,36 @@ func scaleUp(ctx context.Context, js jetstream.JetStream, stream string, o optio
 		return nil
 	}
 	cfg.Replicas = o.replicas
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+	if _, err := create(ctx, func() (jetstream.Stream, error) { return js.UpdateStream(ctx, cfg) }); err != nil {
 		return fmt.Errorf("scaling stream %s up to %d replicas: %w", stream, o.replicas, err)
 	}
 	return nil
+}
+
+// create runs fn, a bucket's creation, again while a cluster answers that
+// it cannot place or serve it yet ("no suitable peers": the meta leader
+// has not heard from a peer since its route connected; "not available";
+// "not leader"; 503), waiting 100 ms, doubling up to 2 s, until ctx ends.
+// Any other answer is fn's result. internal/provision does the same for
+// the fleet's streams.
+func create[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		v, err := fn()
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) ||
+			(apiErr.Code != 503 && apiErr.ErrorCode != 10005 && apiErr.ErrorCode != 10008 && apiErr.ErrorCode != 10009) {
+			return v, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // withDeadline gives ctx a deadline if it has none.

@@ -94,11 +94,13 @@ func openObjects(ctx context.Context, js jetstream.JetStream, bucket string, o o
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, err
 		}
-		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket:      bucket,
-			Description: "agentfleet transcripts",
-			Storage:     jetstream.FileStorage,
-			Replicas:    o.replicas,
+		obs, err = create(ctx, func() (jetstream.ObjectStore, error) {
+			return js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket:      bucket,
+				Description: "agentfleet transcripts",
+				Storage:     jetstream.FileStorage,
+				Replicas:    o.replicas,
+			})
 		})
 		if !errors.Is(err, jetstream.ErrBucketExists) {
 			return obs, err
