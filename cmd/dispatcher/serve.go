@@ -74,7 +74,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	}
 	defer func() { _ = nc.Drain() }()
 	names := protocol.NewNames(common.Prefix)
-	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Replicas: reps, Logger: &log}
+	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log}
 	objects, status, err := backends.OpenBoth(ctx, storageURL, statusURL, deps)
 	if err != nil {
 		log.Error().Err(err).Msg("opening --storage / --status-storage")

@@ -2,9 +2,12 @@ package admission
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/natstest"
@@ -27,15 +30,31 @@ func TestStartRidesOutNoSuitablePeers(t *testing.T) {
 	defer cancel()
 	require.NoError(t, provision.Streams(ctx, js, provision.Config{Names: names}))
 
-	var refuse natstest.NoPeersOnce
-	viaRelay := natstest.APIRelay(t, nc, refuse.Intercept)
+	var mu sync.Mutex
+	refused := map[string]bool{}
+	viaRelay := natstest.APIRelay(t, nc, func(api string, m *nats.Msg) bool {
+		if !strings.HasPrefix(api, "STREAM.CREATE.KV_") {
+			return false
+		}
+		mu.Lock()
+		first := !refused[api]
+		refused[api] = true
+		mu.Unlock()
+		if first {
+			_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.stream_create_response",` +
+				`"error":{"code":400,"err_code":10005,"description":"no suitable peers for placement, peer offline"}}`))
+		}
+		return first
+	})
 
 	a, err := New(Config{JS: viaRelay, NC: nc, Names: names, Policy: Policy{FleetCap: 4}})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	for _, bucket := range []string{names.TenantsBucket(), names.AdmissionBucket(), names.AdmitterBucket()} {
-		require.True(t, refuse.Refused("KV_"+bucket), "no create of %s was refused", bucket)
+		mu.Lock()
+		require.True(t, refused["STREAM.CREATE.KV_"+bucket], "no create of %s was refused", bucket)
+		mu.Unlock()
 		_, err := js.KeyValue(ctx, bucket)
 		require.NoError(t, err, bucket)
 	}

@@ -151,42 +151,6 @@ func APIRelay(t testing.TB, nc *nats.Conn, intercept func(api string, m *nats.Ms
 	return js
 }
 
-// NoPeersOnce is an APIRelay intercept that answers the first create of
-// each stream as a cluster's meta leader does before it has heard from
-// every peer: "no suitable peers for placement, peer offline" (10005).
-// The zero value is ready.
-type NoPeersOnce struct {
-	mu      sync.Mutex
-	refused map[string]bool
-}
-
-// Intercept refuses the first STREAM.CREATE of each stream.
-func (r *NoPeersOnce) Intercept(api string, m *nats.Msg) bool {
-	stream, ok := strings.CutPrefix(api, "STREAM.CREATE.")
-	if !ok {
-		return false
-	}
-	r.mu.Lock()
-	first := !r.refused[stream]
-	if r.refused == nil {
-		r.refused = map[string]bool{}
-	}
-	r.refused[stream] = true
-	r.mu.Unlock()
-	if first {
-		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.stream_create_response",` +
-			`"error":{"code":400,"err_code":10005,"description":"no suitable peers for placement, peer offline"}}`))
-	}
-	return first
-}
-
-// Refused reports whether a create of stream was refused.
-func (r *NoPeersOnce) Refused(stream string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.refused[stream]
-}
-
 // Restart shuts srv down (if it still runs) and starts a new server with the
 // same options, port and JetStream store, returning it once it accepts
 // connections. Clients from Connect reconnect on their own. To hold an outage

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -53,9 +52,6 @@ type Deps struct {
 	// ObjectBucket is the Object Store bucket of nats:// for the Objects
 	// role (default protocol.NewNames("").ObjectBucket(), FLEET_TRANSCRIPTS).
 	ObjectBucket string
-	// Replicas of the nats:// buckets when the URL gives none (?replicas=N):
-	// the dispatcher passes its --replicas. 0 means 1.
-	Replicas int
 	// Logger receives one line per opened store; nil logs nothing.
 	Logger *zerolog.Logger
 }
@@ -202,17 +198,9 @@ func openNATS(ctx context.Context, u *url.URL, role Role, deps Deps) (storage.St
 	}
 	q := u.Query()
 	for k := range q {
-		if k != "bucket" && k != "replicas" {
-			return nil, fmt.Errorf("nats:// storage: unknown query parameter %q (only bucket and replicas)", k)
+		if k != "bucket" {
+			return nil, fmt.Errorf("nats:// storage: unknown query parameter %q (only bucket)", k)
 		}
-	}
-	replicas := max(deps.Replicas, 1)
-	if v := q.Get("replicas"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 5 {
-			return nil, fmt.Errorf("nats:// storage: replicas=%q: want a number from 1 to 5", v)
-		}
-		replicas = n
 	}
 	if deps.JS == nil {
 		return nil, errors.New("nats:// storage needs a JetStream connection")
@@ -221,9 +209,9 @@ func openNATS(ctx context.Context, u *url.URL, role Role, deps Deps) (storage.St
 	switch role {
 	case Status:
 		bucket := cmp.Or(q.Get("bucket"), deps.StatusBucket, names.StatusBucket())
-		return natsstore.NewKV(ctx, deps.JS, bucket, natsstore.WithReplicas(replicas))
+		return natsstore.NewKV(ctx, deps.JS, bucket)
 	default:
 		bucket := cmp.Or(q.Get("bucket"), deps.ObjectBucket, names.ObjectBucket())
-		return natsstore.NewObjects(ctx, deps.JS, bucket, natsstore.WithReplicas(replicas))
+		return natsstore.NewObjects(ctx, deps.JS, bucket)
 	}
 }

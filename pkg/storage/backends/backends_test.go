@@ -113,8 +113,6 @@ func TestOpenErrors(t *testing.T) {
 		"nats://":                  "needs a JetStream connection",
 		"nats://otherhost:4222":    "fleet's own NATS connection",
 		"nats://?bucket=B&x=1":     `unknown query parameter "x"`,
-		"nats://?replicas=0":       "want a number from 1 to 5",
-		"nats://?replicas=three":   "want a number from 1 to 5",
 		"file://":                  "names no directory",
 		"%zz":                      "bad URL",
 		"s3://user:secret@b/%zz":   "bad URL",
@@ -167,17 +165,4 @@ func TestRoleString(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "objects", backends.Objects.String())
 	require.Equal(t, "status", backends.Status.String())
-}
-
-// FuzzOpenNATSURL: any nats:// URL from a flag or the environment gets an
-// error, never a panic; with no JetStream connection none can open.
-func FuzzOpenNATSURL(f *testing.F) {
-	for _, s := range []string{"", "?bucket=B", "?replicas=3", "?replicas=-1", "?replicas=99999999999999999999", "?bucket=B&replicas=2&x", "h:1/p?%zz"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, rest string) {
-		s, err := backends.Open(context.Background(), "nats://"+rest, backends.Status, backends.Deps{})
-		require.Error(t, err)
-		require.Nil(t, s)
-	})
 }

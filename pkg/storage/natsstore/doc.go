@@ -19,14 +19,7 @@
 // operator may create it first with replicas, limits or placement), and
 // create it with file storage and the given replicas if it does not. Start
 // order between processes does not matter: a lost creation race is retried as
-// an open. The one setting an open changes is the replicas: an existing
-// bucket with fewer than WithReplicas asks is scaled up (a worker of one
-// replica may have made it before the dispatcher asked for three; a bucket
-// left on one node of a cluster loses what it holds with that node). The
-// name index of an Object Store bucket gets the same replicas. A create or
-// scale-up that a cluster cannot place yet ("no suitable peers" until the
-// meta leader has heard from every peer, or no leader) is tried again until
-// the constructor's context ends.
+// an open.
 //
 // # Keys
 //

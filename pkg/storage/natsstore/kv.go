@@ -41,20 +41,15 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...O
 func openKV(ctx context.Context, js jetstream.JetStream, bucket, description string, o options) (jetstream.KeyValue, error) {
 	for range 3 {
 		kv, err := js.KeyValue(ctx, bucket)
-		if err == nil {
-			return kv, scaleUp(ctx, js, "KV_"+bucket, o)
-		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, err
+			return kv, err
 		}
-		kv, err = create(ctx, func() (jetstream.KeyValue, error) {
-			return js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket:      bucket,
-				Description: description,
-				History:     1,
-				Storage:     jetstream.FileStorage,
-				Replicas:    o.replicas,
-			})
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: description,
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.replicas,
 		})
 		if !errors.Is(err, jetstream.ErrBucketExists) {
 			return kv, err

@@ -25,9 +25,7 @@ type options struct {
 }
 
 // WithReplicas sets the replicas of a bucket created by the constructor
-// (default 1). An existing bucket with fewer is scaled up to n when opened
-// (a bucket made by an earlier one-replica process, or before the setting,
-// would otherwise stay on one node of a cluster); one with more keeps them.
+// (default 1). An existing bucket keeps its own setting.
 func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 
 // WithTimeout sets the deadline given to calls whose context has none
@@ -46,54 +44,6 @@ func buildOptions(opts []Option) options {
 		o.timeout = DefaultTimeout
 	}
 	return o
-}
-
-// scaleUp raises the replicas of stream, the stream behind an existing
-// bucket, to o.replicas if it has fewer. JetStream moves the data to the
-// new peers itself.
-func scaleUp(ctx context.Context, js jetstream.JetStream, stream string, o options) error {
-	if o.replicas <= 1 {
-		return nil
-	}
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	cfg := st.CachedInfo().Config
-	if cfg.Replicas >= o.replicas {
-		return nil
-	}
-	cfg.Replicas = o.replicas
-	if _, err := create(ctx, func() (jetstream.Stream, error) { return js.UpdateStream(ctx, cfg) }); err != nil {
-		return fmt.Errorf("scaling stream %s up to %d replicas: %w", stream, o.replicas, err)
-	}
-	return nil
-}
-
-// create runs fn, a bucket's creation, again while a cluster answers that
-// it cannot place or serve it yet ("no suitable peers": the meta leader
-// has not heard from a peer since its route connected; "not available";
-// "not leader"; 503), waiting 100 ms, doubling up to 2 s, until ctx ends.
-// Any other answer is fn's result. internal/provision does the same for
-// the fleet's streams.
-func create[T any](ctx context.Context, fn func() (T, error)) (T, error) {
-	backoff := 100 * time.Millisecond
-	for {
-		v, err := fn()
-		var apiErr *jetstream.APIError
-		if err == nil || !errors.As(err, &apiErr) ||
-			(apiErr.Code != 503 && apiErr.ErrorCode != 10005 && apiErr.ErrorCode != 10008 && apiErr.ErrorCode != 10009) {
-			return v, err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return v, fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
 }
 
 // withDeadline gives ctx a deadline if it has none.

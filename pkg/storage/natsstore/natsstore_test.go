@@ -236,26 +236,3 @@ func TestObjectsNameIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a/new", "a/unindexed"}, got)
 }
-
-// TestOpenRidesOutNoSuitablePeers: a cluster's meta leader answers a
-// bucket's creation with "no suitable peers for placement" until it has
-// heard from every peer (the answer that failed a dispatcher's start in
-// CI). NewKV and NewObjects create their buckets once it can. The
-// JetStream API goes through a relay that refuses the first create of each
-// bucket as the server does.
-func TestOpenRidesOutNoSuitablePeers(t *testing.T) {
-	t.Parallel()
-	_, nc, js := natstest.RunJetStream(t)
-	var refuse natstest.NoPeersOnce
-	viaRelay := natstest.APIRelay(t, nc, refuse.Intercept)
-	bucket := bucketName()
-	_, err := natsstore.NewKV(t.Context(), viaRelay, bucket)
-	require.NoError(t, err)
-	_, err = natsstore.NewObjects(t.Context(), viaRelay, bucket+"O")
-	require.NoError(t, err)
-	for _, stream := range []string{"KV_" + bucket, "OBJ_" + bucket + "O", "KV_" + natsstore.NamesBucket(bucket+"O")} {
-		require.True(t, refuse.Refused(stream), "no create of %s was refused", stream)
-		_, err := js.Stream(t.Context(), stream)
-		require.NoError(t, err, stream)
-	}
-}

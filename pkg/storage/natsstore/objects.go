@@ -88,19 +88,14 @@ func (s *Objects) indexExisting(ctx context.Context) error {
 func openObjects(ctx context.Context, js jetstream.JetStream, bucket string, o options) (jetstream.ObjectStore, error) {
 	for range 3 {
 		obs, err := js.ObjectStore(ctx, bucket)
-		if err == nil {
-			return obs, scaleUp(ctx, js, "OBJ_"+bucket, o)
-		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, err
+			return obs, err
 		}
-		obs, err = create(ctx, func() (jetstream.ObjectStore, error) {
-			return js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-				Bucket:      bucket,
-				Description: "agentfleet transcripts",
-				Storage:     jetstream.FileStorage,
-				Replicas:    o.replicas,
-			})
+		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      bucket,
+			Description: "agentfleet transcripts",
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.replicas,
 		})
 		if !errors.Is(err, jetstream.ErrBucketExists) {
 			return obs, err
