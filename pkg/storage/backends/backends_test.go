@@ -166,3 +166,16 @@ func TestRoleString(t *testing.T) {
 	require.Equal(t, "objects", backends.Objects.String())
 	require.Equal(t, "status", backends.Status.String())
 }
+
+// FuzzOpenNATSURL: any nats:// URL from a flag or the environment gets an
+// error, never a panic; with no JetStream connection none can open.
+func FuzzOpenNATSURL(f *testing.F) {
+	for _, s := range []string{"", "?bucket=B", "?bucket=", "?bucket=B&x=1", "h:1/p?%zz", "/?bucket=a.b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rest string) {
+		s, err := backends.Open(context.Background(), "nats://"+rest, backends.Status, backends.Deps{})
+		require.Error(t, err)
+		require.Nil(t, s)
+	})
+}
