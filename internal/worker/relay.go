@@ -54,8 +54,20 @@ var errAckTimeout = errors.New("worker: no acknowledgement from the stream in ti
 // waits for every line in flight to resolve, reads the query's last line
 // back from the stream leader (after the claim it can only be this
 // attempt's), and sends again from the first line not stored, in order. A
-// line is therefore never stored twice, never after a later line, and never
-// after a later attempt's claim.
+// line is therefore never lost and never stored after a later attempt's
+// claim.
+//
+// The read back proves every line up to the last one stored only while
+// the lines in flight all went out on one connection: when a connection
+// breaks, nats.go drops what it had not yet written and sends what was
+// published meanwhile (its reconnect buffer) on the next one, so a line can
+// be stored while an earlier one was lost. A flight records its connection
+// (send); when the lines in flight span more than one, recover counts only
+// those acknowledged in order, and sends the rest again (the stream drops
+// the copy of one it has, by Nats-Msg-Id), trusting no read back until the
+// first of them is acknowledged. Only then is a line stored after a later
+// one (in the stream; transcripts and Fleet-Seq keep the agent's order) or,
+// after an outage longer than the stream's duplicate window, twice.
 type relay struct {
 	pub        *jspub.Publisher // the worker's: lines' acknowledgements
 	nc         *nats.Conn
@@ -86,6 +98,10 @@ type relay struct {
 	token uint64
 	// ackTimer times await out; the publisher goroutine reuses it.
 	ackTimer *time.Timer
+	// gapFrom, when not 0, is the first line that may be missing from the
+	// stream while a later one is stored (see recover); the publisher
+	// goroutine alone uses it.
+	gapFrom uint64
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -110,8 +126,42 @@ type flight struct {
 	m    outMsg
 	a    *jspub.Ack
 	sent time.Time
+	// conn is the connection the line went out on: the client's
+	// reconnect count when it was published.
+	conn uint64
+	// buffered: the line may have waited in the client's reconnect
+	// buffer (the connection was down, or changed, as it was published),
+	// to be sent after lines lost with the old connection.
+	buffered bool
 	// failed is set once the flight's error was taken as a cause.
 	failed bool
+}
+
+// send publishes m and returns its flight, recording which connection it
+// went out on.
+func (r *relay) send(m outMsg) (flight, error) {
+	conn := r.nc.Stats().Reconnects
+	a, err := r.pub.Publish(r.message(m), r.acked)
+	if err != nil {
+		return flight{}, err
+	}
+	buffered := !r.nc.IsConnected() || r.nc.Stats().Reconnects != conn
+	return flight{m: m, a: a, sent: time.Now(), conn: conn, buffered: buffered}, nil
+}
+
+// oneConnection reports whether every flight went out on the same
+// connection, none through the reconnect buffer. Only then does a stored
+// or acknowledged line imply that every line sent before it reached the
+// stream: the client drops what it had not written when a connection
+// breaks, and the bytes in the dead socket are lost, while a line sent on
+// the next connection (or from the reconnect buffer) is stored.
+func oneConnection(inflight []flight) bool {
+	for _, p := range inflight {
+		if p.buffered || p.conn != inflight[0].conn {
+			return false
+		}
+	}
+	return true
 }
 
 func newRelay(r *relay) *relay {
@@ -347,12 +397,12 @@ func (r *relay) run(ctx context.Context) {
 			pending, inflight = r.recover(ctx, nats.ErrDisconnected, inflight, pending)
 			continue
 		}
-		a, err := r.pub.Publish(r.message(m), r.acked)
+		f, err := r.send(m)
 		if err != nil {
 			pending, inflight = r.recover(ctx, err, inflight, pending)
 			continue
 		}
-		inflight = append(inflight, flight{m: m, a: a, sent: time.Now()})
+		inflight = append(inflight, f)
 		pending = pending[1:]
 		block := len(inflight) >= r.window
 		if err := resolve(block); err != nil {
@@ -370,8 +420,17 @@ func (r *relay) run(ctx context.Context) {
 func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pending []outMsg) ([]outMsg, []flight) {
 	r.metrics.publishErrors.Inc()
 	wrong := fence.WrongLastSequence(cause)
+	// Across a reconnect a line may be stored while an earlier one was
+	// lost with the old connection: then only the lines acknowledged in
+	// order (prefix) are known stored, and the rest is sent again (the
+	// stream drops a copy of a stored one by its Nats-Msg-Id). Until the
+	// first of them is acknowledged (gapFrom), the read back cannot tell
+	// either: the last line stored may follow a missing one.
+	trust := r.gapFrom == 0 && oneConnection(inflight)
+	prefix := true // every flight so far was acknowledged
 	for i, p := range inflight {
 		if p.failed {
+			prefix = false
 			continue // its error is the cause
 		}
 		if err := r.await(ctx, p); err != nil {
@@ -381,11 +440,14 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 				}
 				return pending, nil
 			}
+			prefix = false
 			continue // timed out: the read below tells
 		}
-		if p.a.Err != nil {
+		switch {
+		case p.a.Err != nil:
 			wrong = wrong || fence.WrongLastSequence(p.a.Err)
-		} else {
+			prefix = false
+		case trust || prefix:
 			r.setStoredFreed(p.m.seq, 0) // its bytes are freed below
 		}
 	}
@@ -402,13 +464,21 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	} else {
 		r.log.Warn().Err(cause).Int("in_flight", len(inflight)).Msg("publish failed; checking what the stream has, then sending again in order")
 	}
+	// Only this goroutine marks lines stored: setStoredFreed below records
+	// stored (and acks the journal) once.
+	// The read also waits, with backoff, while NATS is away.
 	last, err := r.lastStored(ctx)
 	if err != nil {
 		return pending, nil // ctx ended
 	}
-	// Only this goroutine marks lines stored: setStoredFreed below records
-	// stored (and acks the journal) once.
-	stored := max(last, r.storedSeq())
+	stored := r.storedSeq()
+	switch {
+	case trust:
+		stored = max(last, stored)
+	case r.gapFrom == 0:
+		r.gapFrom = stored + 1
+		r.log.Warn().Uint64("stored", stored).Msg("lines in flight went out on more than one connection: sending again every line after the last one acknowledged in order")
+	}
 	rest := make([]outMsg, 0, len(inflight)+len(pending))
 	freed := 0
 	for _, p := range inflight {
@@ -534,6 +604,9 @@ func (r *relay) drop(n int) {
 // setStoredFreed marks every line up to seq stored and releases freed
 // bytes of the bound on held lines, waking an emit waiting for room.
 func (r *relay) setStoredFreed(seq uint64, freed int) {
+	if r.gapFrom != 0 && seq >= r.gapFrom {
+		r.gapFrom = 0 // acknowledged in order: no gap below it
+	}
 	r.mu.Lock()
 	r.stored = max(r.stored, seq)
 	r.held -= freed

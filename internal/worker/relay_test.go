@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -87,4 +88,108 @@ func TestRelayLinesWhoseAcksNeverComeAreReadBack(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, strconv.FormatUint(seq, 10), m.Header.Get(protocol.HeaderSeq), "in order")
 	}
+}
+
+// TestRelayLineLostWithAConnectionIsSentAgain: line 1 went out on a
+// connection that then broke and was lost with it (never stored, never
+// acknowledged); line 2 went out on the next connection and was stored.
+// The stream's last line is then 2 although 1 is missing, so neither line
+// 2's acknowledgement nor the read back may mark line 1 stored: recover
+// sends both again (the stream drops line 2's copy), until line 1 is
+// acknowledged. Before, recover took line 2 as proof of line 1 and the
+// journal forgot it: a line lost for good.
+func TestRelayLineLostWithAConnectionIsSentAgain(t *testing.T) {
+	srv, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, Duplicates: time.Minute})
+	require.NoError(t, err)
+	r := newRelay(&relay{
+		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(nil, 1, nil), log: zerolog.Nop(),
+		timeout: 200 * time.Millisecond,
+		fence:   fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
+	})
+	line := func(seq uint64) outMsg {
+		return outMsg{seq: seq, data: []byte(`{"n":` + strconv.FormatUint(seq, 10) + `}`)}
+	}
+
+	// Line 1 "lost": it goes where no stream stores it and a subscriber
+	// never answers, as if the connection had died with it.
+	void, err := nc.SubscribeSync("void.>")
+	require.NoError(t, err)
+	defer func() { _ = void.Unsubscribe() }()
+	lost := nats.NewMsg("void.1")
+	lost.Data = line(1).data
+	a1, err := r.pub.Publish(lost, r.acked)
+	require.NoError(t, err)
+	first := flight{m: line(1), a: a1, sent: time.Now(), conn: nc.Stats().Reconnects}
+
+	// The connection breaks; the client reconnects.
+	natstest.Restart(t, srv)
+	require.Eventually(t, func() bool { return nc.IsConnected() && nc.Stats().Reconnects == 1 }, time.Minute, 10*time.Millisecond)
+	second, err := r.send(line(2))
+	require.NoError(t, err)
+	require.NotEqual(t, first.conn, second.conn, "line 2 went out on the new connection")
+
+	rest, inflight := r.recover(ctx, errAckTimeout, []flight{first, second}, nil)
+	require.Empty(t, inflight)
+	require.Equal(t, []uint64{1, 2}, seqs(rest), "every line after the last one acknowledged in order is sent again")
+	require.Equal(t, uint64(0), r.storedSeq())
+
+	// A later failure (NATS away again) reads the stream back, whose last
+	// line is 2: that read must not vouch for line 1 either.
+	rest, _ = r.recover(ctx, nats.ErrDisconnected, nil, rest)
+	require.Equal(t, []uint64{1, 2}, seqs(rest))
+
+	// Sent again in order, both are acknowledged (2 as a duplicate), and
+	// the stream holds each line once.
+	for _, m := range rest {
+		f, err := r.send(m)
+		require.NoError(t, err)
+		require.NoError(t, r.await(ctx, f))
+		require.NoError(t, f.a.Err)
+		r.setStoredFreed(m.seq, 0)
+	}
+	require.Zero(t, r.gapFrom, "line 1 acknowledged: the read back can be trusted again")
+	st, err := js.Stream(ctx, "Q")
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), st.CachedInfo().State.Msgs)
+	var stored []string
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		stored = append(stored, m.Header.Get(protocol.HeaderSeq))
+	}
+	require.Equal(t, []string{"2", "1"}, stored, "line 2 first (from the new connection), then line 1 sent again")
+}
+
+// TestRelaySendNoticesTheReconnectBuffer: a line published while the
+// connection is down waits in the client's reconnect buffer, to be sent
+// after whatever the old connection lost; send marks its flight so.
+func TestRelaySendNoticesTheReconnectBuffer(t *testing.T) {
+	srv, nc, js := natstest.RunJetStream(t)
+	r := newRelay(&relay{
+		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(nil, 1, nil), log: zerolog.Nop(),
+		fence: fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
+	})
+	f, err := r.send(outMsg{seq: 1, data: []byte(`{}`)})
+	require.NoError(t, err)
+	require.False(t, f.buffered)
+	srv.Shutdown()
+	require.Eventually(t, func() bool { return !nc.IsConnected() }, time.Minute, 10*time.Millisecond)
+	g, err := r.send(outMsg{seq: 2, data: []byte(`{}`)})
+	require.NoError(t, err, "nats.go keeps it for the next connection")
+	require.True(t, g.buffered)
+	require.False(t, oneConnection([]flight{f, g}))
+	require.True(t, oneConnection([]flight{f}))
+}
+
+func seqs(ms []outMsg) []uint64 {
+	out := make([]uint64, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.seq)
+	}
+	return out
 }
