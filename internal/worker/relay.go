@@ -65,7 +65,10 @@ var errAckTimeout = errors.New("worker: no acknowledgement from the stream in ti
 // (send); when the lines in flight span more than one, recover counts only
 // those acknowledged in order, and sends the rest again (the stream drops
 // the copy of one it has, by Nats-Msg-Id), trusting no read back until the
-// first of them is acknowledged. Only then is a line stored after a later
+// first of them is acknowledged. The same holds when the stream refused a
+// line for another reason than the fence (a limit, a failed write) and
+// stored a later one; the refused line goes again after a pause that
+// doubles while it is refused. Only then is a line stored after a later
 // one (in the stream; transcripts and Fleet-Seq keep the agent's order) or,
 // after an outage longer than the stream's duplicate window, twice.
 type relay struct {
@@ -102,6 +105,10 @@ type relay struct {
 	// stream while a later one is stored (see recover); the publisher
 	// goroutine alone uses it.
 	gapFrom uint64
+	// refusedWait is the pause before a line the stream refused goes
+	// again; the publisher goroutine alone uses it, and a line stored
+	// resets it.
+	refusedWait time.Duration
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -147,6 +154,14 @@ func (r *relay) send(m outMsg) (flight, error) {
 	}
 	buffered := !r.nc.IsConnected() || r.nc.Stats().Reconnects != conn
 	return flight{m: m, a: a, sent: time.Now(), conn: conn, buffered: buffered}, nil
+}
+
+// refused reports whether err is the stream refusing a line for another
+// reason than the fence (its max message size, an account limit, a
+// failed write): unlike a lost line, a later line may then be stored.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && !fence.WrongLastSequence(err)
 }
 
 // oneConnection reports whether every flight went out on the same
@@ -426,11 +441,13 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	// stream drops a copy of a stored one by its Nats-Msg-Id). Until the
 	// first of them is acknowledged (gapFrom), the read back cannot tell
 	// either: the last line stored may follow a missing one.
+	// So is a line the stream refused for another reason than the fence
+	// (a limit, a failed write), when a later one was stored.
 	trust := r.gapFrom == 0 && oneConnection(inflight)
-	prefix := true // every flight so far was acknowledged
+	acked := make([]bool, len(inflight))
 	for i, p := range inflight {
 		if p.failed {
-			prefix = false
+			trust = trust && !refused(cause)
 			continue // its error is the cause
 		}
 		if err := r.await(ctx, p); err != nil {
@@ -440,16 +457,23 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 				}
 				return pending, nil
 			}
-			prefix = false
 			continue // timed out: the read below tells
 		}
-		switch {
-		case p.a.Err != nil:
+		if p.a.Err != nil {
 			wrong = wrong || fence.WrongLastSequence(p.a.Err)
-			prefix = false
-		case trust || prefix:
-			r.setStoredFreed(p.m.seq, 0) // its bytes are freed below
+			trust = trust && !refused(p.a.Err)
+			continue
 		}
+		acked[i] = true
+	}
+	for i, p := range inflight {
+		if !acked[i] {
+			if !trust {
+				break // the lines acknowledged in order end here
+			}
+			continue // the read below tells
+		}
+		r.setStoredFreed(p.m.seq, 0) // its bytes are freed below
 	}
 	if wrong {
 		v, err := r.fence.Recheck(ctx)
@@ -477,7 +501,16 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 		stored = max(last, stored)
 	case r.gapFrom == 0:
 		r.gapFrom = stored + 1
-		r.log.Warn().Uint64("stored", stored).Msg("lines in flight went out on more than one connection: sending again every line after the last one acknowledged in order")
+		r.log.Warn().Uint64("stored", stored).Msg("a line in flight may be missing while a later one is stored (a reconnect, or a line the stream refused): sending again every line after the last one acknowledged in order")
+	}
+	if refused(cause) {
+		// The stream refused a line (a limit, a failed write): the same
+		// line goes again, after a pause that doubles while it is
+		// refused (up to the relay's timeout).
+		r.refusedWait = min(max(2*r.refusedWait, 20*time.Millisecond), r.timeout)
+		if err := sleepCtx(ctx, r.refusedWait); err != nil {
+			return pending, nil
+		}
 	}
 	rest := make([]outMsg, 0, len(inflight)+len(pending))
 	freed := 0
@@ -608,6 +641,9 @@ func (r *relay) setStoredFreed(seq uint64, freed int) {
 		r.gapFrom = 0 // acknowledged in order: no gap below it
 	}
 	r.mu.Lock()
+	if seq > r.stored {
+		r.refusedWait = 0
+	}
 	r.stored = max(r.stored, seq)
 	r.held -= freed
 	r.mu.Unlock()

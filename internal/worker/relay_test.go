@@ -3,11 +3,13 @@ package worker
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -192,4 +194,49 @@ func seqs(ms []outMsg) []uint64 {
 		out = append(out, m.seq)
 	}
 	return out
+}
+
+// TestRelayLineRefusedThenALaterOneStoredIsSentAgain: the stream refuses
+// line 2 (above its max message size, lowered while the run goes on) but
+// stores line 3, sent before the refusal came back. Line 3's
+// acknowledgement and the read back must not mark line 2 stored: it goes
+// again, after a pause, until the stream takes it (the limit is raised
+// again), and the stream ends with every line. Before, line 2 was lost.
+func TestRelayLineRefusedThenALaterOneStoredIsSentAgain(t *testing.T) {
+	_, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, Duplicates: time.Minute, MaxMsgSize: 2048}
+	_, err := js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	m := NewMetrics(nil, 1, nil)
+	r := newRelay(&relay{
+		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: m, log: zerolog.Nop(), timeout: time.Second,
+		fence: fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
+	})
+	big := `{"pad":"` + strings.Repeat("x", 4096) + `"}`
+	// All three are queued before the publisher starts, so line 3 goes
+	// out before line 2's refusal is back.
+	for _, l := range []string{`{"n":1}`, big, `{"n":3}`} {
+		require.NoError(t, r.emit([]byte(l)))
+	}
+	r.start(ctx)
+	defer r.shutdown()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.publishErrors) > 0 }, time.Minute, time.Millisecond)
+	cfg.MaxMsgSize = 0
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.flush(ctx))
+
+	st, err := js.Stream(ctx, "Q")
+	require.NoError(t, err)
+	got := map[string]bool{}
+	for seq := uint64(1); seq <= st.CachedInfo().State.LastSeq; seq++ {
+		msg, err := st.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		require.False(t, got[msg.Header.Get(protocol.HeaderSeq)], "line %s stored twice", msg.Header.Get(protocol.HeaderSeq))
+		got[msg.Header.Get(protocol.HeaderSeq)] = true
+	}
+	require.Equal(t, map[string]bool{"1": true, "2": true, "3": true}, got)
 }
