@@ -121,11 +121,14 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	defer objects.Close()
 
 	merge := archiver.NewReader(nc, names, objects).MergeIfArchived
+	// The relay and the journal must agree on which lines go out as
+	// pointers and are stored whole.
+	lineLimit := worker.NewLineLimit(nc, names.QueriesStream())
 	jl, err := journal.New(journal.Config{
 		Dir: journalDir, Store: objects, Logger: &log,
 		// The server's max payload is known only once connected; the
 		// worker may start before its server does.
-		LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
+		LargeLineBytesFunc: lineLimit,
 		// Memory first: lines go to disk only when the stream has not
 		// acknowledged them in time; the archiver writes transcripts
 		// from the stream, and chunks the journal stores (lines that
@@ -181,7 +184,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w, err := worker.New(worker.Config{
 		NC: nc, Names: names, Slots: slots, Providers: providers, DefaultSandbox: sbName, OtherSandboxes: otherSandboxes,
-		Runner: runner, Journal: jl, Workspaces: workspaces, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
+		Runner: runner, Journal: jl, LineLimit: lineLimit, Workspaces: workspaces, EnvAllow: jobEnvAllow, ShutdownGrace: grace, Logger: &log,
 		Metrics:     worker.NewMetrics(reg, slots, jl.Backlog),
 		Sessions:    session.Config{Command: command, Logger: &log, MaxFilesBytes: sessionFilesMax},
 		Checkpoints: objects,

@@ -398,8 +398,37 @@ func TestHugeLineGoesOutAsPointerAndIsStoredWhole(t *testing.T) {
 	f := fleettest.New(t, fleettest.Opts{ServerOpts: []natstest.Option{natstest.WithMaxPayload(256 << 10)}})
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
 	fleettest.WaitReady(t, w.W)
-	f.SubmitJSON("default", "huge-1", "/standin big=3000000")
-	r := f.Follow("default", "huge-1", wait)
+	requireLineStoredWhole(t, f, w, "huge-1", 3000000)
+}
+
+// TestLineAboveTheStreamsLimitGoesOutAsPointer: an operator created
+// FLEET_QUERIES with a max message size below the server's max payload.
+// A line between the two was refused by the stream on every try, and a
+// later line stored meanwhile made the relay take it as stored: the line
+// was lost. It now goes out as a pointer, like a line above the server's
+// limit, and is stored whole.
+func TestLineAboveTheStreamsLimitGoesOutAsPointer(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	ctx := context.Background()
+	st, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgSize = 64 << 10
+	_, err = f.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	requireLineStoredWhole(t, f, w, "stream-limit-1", 300000)
+}
+
+// requireLineStoredWhole runs a stand-in that writes a line of size bytes
+// and checks that it reached the subject as a pointer, in order, and
+// storage and the transcript whole.
+func requireLineStoredWhole(t *testing.T, f *fleettest.Fleet, w *fleettest.Worker, id string, size int) {
+	t.Helper()
+	f.SubmitJSON("default", id, "/standin big="+strconv.Itoa(size))
+	r := f.Follow("default", id, wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
 	fleettest.RequireContiguous(t, r)
 	var ptr struct {
@@ -416,13 +445,13 @@ func TestHugeLineGoesOutAsPointerAndIsStoredWhole(t *testing.T) {
 			found = true
 		}
 	}
-	require.True(t, found, "the huge line is replaced by a pointer on the subject")
+	require.True(t, found, "the line is replaced by a pointer on the subject")
 	ctx := context.Background()
-	require.NoError(t, w.Journal.WaitPersisted(ctx, "default", "huge-1"))
+	require.NoError(t, w.Journal.WaitPersisted(ctx, "default", id))
 	whole, err := f.Objects.Get(ctx, ptr.Key)
 	require.NoError(t, err)
 	require.Len(t, whole, ptr.Bytes)
-	tr := f.Transcript(f.Objects, "default", "huge-1")
+	tr := f.Transcript(f.Objects, "default", id)
 	require.True(t, bytes.Contains(tr, whole), "the transcript holds the full line")
 }
 

@@ -196,8 +196,9 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 		store = f.Objects
 	}
 	jdir := t.TempDir()
+	lineLimit := worker.NewLineLimit(nc, f.Names.QueriesStream())
 	jcfg := journal.Config{
-		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytesFunc: func() int { return worker.LineLimit(nc) },
+		Dir: jdir, Store: store, Logger: &f.Logger, LargeLineBytesFunc: lineLimit,
 		RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		SpillAfter: worker.DefaultJournalSpillAfter,
 	}
@@ -222,7 +223,7 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	require.NoError(t, err)
 	cfg := worker.Config{
 		NC: nc, Names: f.Names, Slots: o.Slots, Providers: map[string]sandbox.Provider{"local": local},
-		Runner: runner, Journal: jl, ShutdownGrace: o.Grace, Logger: &f.Logger,
+		Runner: runner, Journal: jl, LineLimit: lineLimit, ShutdownGrace: o.Grace, Logger: &f.Logger,
 		ConsumerRetry: 50 * time.Millisecond, Workspaces: ws,
 		Sessions:    session.Config{Command: acfg.Command, KillGrace: acfg.KillGrace, Logger: &f.Logger},
 		Checkpoints: store,

@@ -246,7 +246,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		}
 		rel = newRelay(&relay{
 			pub: w.pub, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
-			tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.lineLimit(), journal: jl,
+			tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.cfg.LineLimit(), journal: jl,
 			metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
 			fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,
 		})

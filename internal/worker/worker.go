@@ -154,6 +154,11 @@ type Config struct {
 	Runner *agent.Runner
 	// Journal keeps every line before it is published. Required.
 	Journal *journal.Journal
+	// LineLimit is the line size above which a line is relayed as a
+	// pointer and stored whole: pass the same NewLineLimit to the journal
+	// (journal.Config.LargeLineBytesFunc), which must agree. Defaults to
+	// NewLineLimit(NC, Names.QueriesStream()).
+	LineLimit func() int
 	// Workspaces checks out and captures the repositories of jobs with a
 	// workspace (SPEC 8). Nil fails such jobs with workspace_checkout.
 	Workspaces *workspace.Workspaces
@@ -230,6 +235,9 @@ func (c Config) withDefaults() Config {
 	c.DefaultSandbox = cmp.Or(c.DefaultSandbox, protocol.SandboxLocal)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 	c.PublishWindow = cmp.Or(c.PublishWindow, 256)
+	if c.LineLimit == nil && c.NC != nil {
+		c.LineLimit = NewLineLimit(c.NC, c.Names.QueriesStream())
+	}
 	c.QueueBytes = cmp.Or(c.QueueBytes, journal.DefaultSpillBytes/2)
 	c.ConsumerRetry = cmp.Or(c.ConsumerRetry, time.Second)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
@@ -644,17 +652,45 @@ func (w *Worker) start(msg jetstream.Msg, ackWait time.Duration) {
 	}()
 }
 
-// lineLimit is the largest line that goes out as one NATS message (with
-// room for headers): the max payload of the server the connection last
-// knew, read per run, so a worker started before its server learns it on
-// the first connect (and a reconnect to another server updates it).
-func (w *Worker) lineLimit() int {
-	return LineLimit(w.cfg.NC)
+// NewLineLimit returns the line size above which a line is relayed as a
+// pointer and stored whole under its own key (the worker's relay and its
+// journal must agree: give both the same function): LineLimit, or less
+// when the stream has a smaller max message size (an operator may create
+// FLEET_QUERIES with one; the stream refuses a larger message on every
+// try). The stream's limit is read once, when first needed and NATS
+// answers within two seconds; until then LineLimit alone counts. The
+// connection's max payload is read at each call, so a worker started
+// before its server learns it (and a reconnect to another server updates
+// it).
+func NewLineLimit(nc *nats.Conn, stream string) func() int {
+	var streamMax atomic.Int64 // 0: not read yet; -1: none
+	return func() int {
+		limit := LineLimit(nc)
+		sm := streamMax.Load()
+		if sm == 0 {
+			if js, err := jetstream.New(nc); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				st, err := js.Stream(ctx, stream)
+				cancel()
+				if err == nil {
+					sm = int64(st.CachedInfo().Config.MaxMsgSize)
+					if sm <= 0 {
+						sm = -1
+					}
+					streamMax.Store(sm)
+				}
+			}
+		}
+		if sm > 0 {
+			limit = min(limit, int(sm)-1024)
+		}
+		return max(limit, 1)
+	}
 }
 
 // LineLimit is the line size above which a line is relayed as a pointer
-// and stored whole under its own key: the connection's max payload minus
-// room for headers, or 1 MiB's if the connection never connected.
+// and stored whole under its own key, as far as the connection tells: its
+// max payload minus room for headers, or 1 MiB's if it never connected.
 func LineLimit(nc *nats.Conn) int {
 	mp := nc.MaxPayload()
 	if mp <= 0 {
