@@ -167,3 +167,57 @@ func RawMsg(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
 	}
 	return rm, nil
 }
+
+// Count returns how many messages stream holds on subject (a literal
+// subject) at or after sequence from, with one batched direct get: the
+// first such message, and the end marker's Nats-Num-Pending (how many
+// follow it). A message stored while the get runs may or may not be
+// counted. ctx bounds the wait, as for LastMsgs.
+func (x *Mux) Count(ctx context.Context, stream, subject string, from uint64) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	req := struct {
+		Seq      uint64 `json:"seq"`
+		NextFor  string `json:"next_by_subj"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes"`
+	}{max(from, 1), subject, 1, 1}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	inbox, replies, done, err := x.Open(2)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := x.nc.PublishRequest(jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream, inbox, body); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-replies:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		switch st := m.Header.Get("Status"); st {
+		case "":
+			n = 1 // the first message at or after from
+		case "404":
+			return 0, nil // none
+		case "204":
+			pending, err := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("directget: count of %s in %s: bad Nats-Num-Pending: %w", subject, stream, err)
+			}
+			return n + pending, nil
+		case "503":
+			return 0, ErrNoDirect
+		default:
+			return 0, fmt.Errorf("directget: count of %s in %s: status %s %s", subject, stream, st, m.Header.Get("Description"))
+		}
+	}
+}

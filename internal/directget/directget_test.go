@@ -71,6 +71,51 @@ func TestLastMsgs(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
+// Count counts the messages on a subject at or after a sequence, others
+// interleaved, including a large one (the get answers with one message
+// whatever its size); none is 0; a stream without direct gets says so.
+func TestCount(t *testing.T) {
+	t.Parallel()
+	_, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	var seqs []uint64 // of q.a.msg
+	for i := range 40 {
+		subj := "q.a.msg"
+		if i%3 == 0 {
+			subj = "q.b.msg"
+		}
+		body := []byte(strconv.Itoa(i))
+		if i == 10 {
+			body = make([]byte, 200<<10)
+		}
+		ack, err := js.Publish(ctx, subj, body)
+		require.NoError(t, err)
+		if subj == "q.a.msg" {
+			seqs = append(seqs, ack.Sequence)
+		}
+	}
+	mux := directget.New(nc)
+	for i, from := range seqs {
+		n, err := mux.Count(ctx, "Q", "q.a.msg", from)
+		require.NoError(t, err)
+		require.Equal(t, uint64(len(seqs)-i), n, "from %d", from)
+		n, err = mux.Count(ctx, "Q", "q.a.msg", from+1)
+		require.NoError(t, err)
+		require.Equal(t, uint64(len(seqs)-i-1), n, "from %d", from+1)
+	}
+	n, err := mux.Count(ctx, "Q", "q.c.msg", 0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ND", Subjects: []string{"nd.>"}})
+	require.NoError(t, err)
+	_, err = mux.Count(ctx, "ND", "nd.x", 1)
+	require.ErrorIs(t, err, directget.ErrNoDirect)
+}
+
 // RawMsg reads any reply's headers without panicking: a sequence it
 // returns is the header's number, a time the header's RFC 3339 time.
 func FuzzRawMsg(f *testing.F) {
