@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
@@ -213,4 +215,74 @@ func TestWorkerStartedBeforeItsServerRelaysRealLines(t *testing.T) {
 	whole, err := f.Objects.Get(ctx, ptr.Key)
 	require.NoError(t, err, "the pointer's line is stored whole")
 	require.Len(t, whole, ptr.Bytes)
+}
+
+// TestGroupedLinesSurviveAServerRestart: an agent writes lines as fast as
+// it can, so its lines queue up and go out in groups (one acknowledgement
+// and one count per group: worker.relay.sendGroup); the server restarts
+// on its store in the middle of the run, with groups in flight. The run
+// succeeds, the stream holds every Fleet-Seq once, the transcript is the
+// agent's lines in order, and groups were used.
+func TestGroupedLinesSurviveAServerRestart(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	f := fleettest.New(t, fleettest.Opts{Server: srv})
+	reg := prometheus.NewRegistry()
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) { c.Metrics = worker.NewMetrics(reg, 1, nil) }})
+	fleettest.WaitReady(t, w.W)
+	const lines = 10000
+	f.SubmitJSON("default", "fast-1", "/standin lines="+strconv.Itoa(lines))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", "fast-1"), 1000)
+	f.Srv = natstest.Restart(t, srv)
+	// Stop the fleet before the restarted server goes (cleanups run last
+	// first), or every stop waits out its timeouts.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.W.Stop(ctx)
+		_ = w.Journal.Stop(ctx)
+		_ = f.Arch.Stop(ctx)
+		_ = f.Disp.Stop(ctx)
+	})
+
+	r := f.Follow("default", "fast-1", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	bySeq := map[uint64][]byte{}
+	for _, l := range r.Lines {
+		if _, dup := bySeq[l.Seq]; dup {
+			t.Fatalf("Fleet-Seq %d stored twice", l.Seq)
+		}
+		bySeq[l.Seq] = l.Data
+	}
+	want := make([][]byte, len(bySeq))
+	for seq, data := range bySeq {
+		require.LessOrEqual(t, seq, uint64(len(bySeq)), "Fleet-Seq contiguous from 1")
+		want[seq-1] = data
+	}
+	require.Greater(t, len(want), lines, "every assistant line and the result")
+	require.True(t, protocol.ParseMessage(want[len(want)-1]).IsResult())
+	require.Equal(t, string(fleettest.JoinLines(want)), string(f.Transcript(f.Objects, "default", "fast-1")))
+	require.Positive(t, groupCount(t, reg, "stored"), "lines went out in groups")
+	t.Logf("groups stored %v, resent %v", groupCount(t, reg, "stored"), groupCount(t, reg, "resent"))
+}
+
+func groupCount(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "fleet_worker_line_groups_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "result" && lp.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

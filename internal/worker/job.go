@@ -249,6 +249,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 			tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.cfg.LineLimit(), journal: jl,
 			metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
 			fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,
+			direct: w.direct, groupMin: groupMin,
 		})
 		rel.start(ctx)
 		return nil

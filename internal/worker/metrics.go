@@ -18,6 +18,9 @@ type Metrics struct {
 	// pulls no jobs); linesNotJournaled counts lines relayed meanwhile.
 	journalFull       prometheus.Gauge
 	linesNotJournaled prometheus.Counter
+	// lineGroups counts groups of lines stored with one acknowledgement,
+	// by result: stored (counted whole) or resent (one by one).
+	lineGroups *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -57,10 +60,14 @@ func NewMetrics(reg prometheus.Registerer, slots int, backlog func() (lines, byt
 		linesNotJournaled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_worker_lines_not_journaled_total", Help: "Lines relayed to NATS without a journal copy because its disk was full (the archiver stores them).",
 		}),
+		lineGroups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_worker_line_groups_total",
+			Help: "Groups of queued lines published with one acknowledgement, by result: stored (the stream's count matched) or resent (sent again one by one).",
+		}, []string{"result"}),
 	}
 	m.freeSlots.Set(float64(slots))
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.runDuration, m.running, m.freeSlots, m.linesRelayed, m.bytesRelayed, m.publishErrors, m.redeliveries, m.journalFull, m.linesNotJournaled)
+		reg.MustRegister(m.jobs, m.runDuration, m.running, m.freeSlots, m.linesRelayed, m.bytesRelayed, m.publishErrors, m.redeliveries, m.journalFull, m.linesNotJournaled, m.lineGroups)
 		if backlog != nil {
 			reg.MustRegister(
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{

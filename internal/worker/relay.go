@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -47,6 +48,17 @@ var errAckTimeout = errors.New("worker: no acknowledgement from the stream in ti
 // the stream's pace instead of spilling the journal to disk, while lines
 // NATS does not acknowledge within the journal's SpillAfter (NATS away)
 // still spill.
+//
+// Lines that queue up (16 or more: an agent writing faster than one
+// acknowledgement each would carry) go out as a group instead (up to
+// 1,024), on a stream of one replica: nothing else in flight, every line but the last without
+// a reply subject, the last with one, then one count of the query's lines
+// stored since the last line known stored (sendGroup). The stream sends
+// one acknowledgement per group instead of one per line, and the relay
+// handles one; the count catches a line the stream refused without a
+// word, or one lost on the way, and then the group goes again one
+// acknowledgement each. A job's few lines go one acknowledgement each, as
+// before.
 //
 // Each line carries the attempt's fence (see package fence): it is stored
 // only while the query's last status is this attempt's own. When a publish
@@ -105,6 +117,15 @@ type relay struct {
 	// stream while a later one is stored (see recover); the publisher
 	// goroutine alone uses it.
 	gapFrom uint64
+	// direct counts a group's lines in the stream (sendGroup); nil sends
+	// no groups.
+	direct *directget.Mux
+	// groupMin is the fewest lines queued that go out as a group
+	// (sendGroup); 0 sends no groups.
+	groupMin int
+	// lastSeq is the highest stream sequence of a line of this relay
+	// known stored; the publisher goroutine alone uses it.
+	lastSeq uint64
 	// refusedWait is the pause before a line the stream refused goes
 	// again; the publisher goroutine alone uses it, and a line stored
 	// resets it.
@@ -154,6 +175,88 @@ func (r *relay) send(m outMsg) (flight, error) {
 	}
 	buffered := !r.nc.IsConnected() || r.nc.Stats().Reconnects != conn
 	return flight{m: m, a: a, sent: time.Now(), conn: conn, buffered: buffered}, nil
+}
+
+// groupMin is the fewest queued lines the worker's relay sends as a group
+// (sendGroup): a job's few lines go one acknowledgement each, with no
+// count to read after them.
+const groupMin = 16
+
+// groupMax is the most lines in one group (or the window, if larger): a
+// group ends with a wait for the stream to catch up (its acknowledgement
+// and count), which larger groups pay less often. In the relay benchmark
+// groups of up to 256 lines gave no more lines per second than one
+// acknowledgement each; 1,024 gave 5-10% more, 4,096 no more than 1,024.
+const groupMax = 1024
+
+// grouping reports whether the queued lines go out as a group.
+func (r *relay) grouping(queued int) bool {
+	return r.groupMin > 0 && queued >= r.groupMin && r.window > 1 && r.gapFrom == 0 && r.direct != nil
+}
+
+// sendGroup publishes lines, nothing else of the relay's in flight: all
+// but the last without a reply subject (the stream stores them and sends
+// no acknowledgement), the last with one, and once that one is
+// acknowledged it counts the query's lines stored since the last line
+// known stored (one direct get). The acknowledgement says the stream has
+// handled every earlier line of the connection; the count, that it stored
+// them all (it says nothing of a line it refused, or one lost on the
+// way). It returns with gapFrom unset when the count is right; otherwise
+// (an error, a short count) gapFrom stays set and the group's lines go
+// again one acknowledgement each, the stream dropping the copies of those
+// it has.
+//
+// This saves the stream an acknowledgement per line and the relay the
+// handling of one: one acknowledgement and one get for the whole group.
+func (r *relay) sendGroup(ctx context.Context, lines []outMsg) error {
+	from := max(r.fence.Token(), r.lastSeq) + 1
+	conn := r.nc.Stats().Reconnects
+	r.gapFrom = lines[0].seq // until the group is counted whole
+	defer func() {
+		result := "stored"
+		if r.gapFrom != 0 {
+			result = "resent"
+		}
+		r.metrics.lineGroups.WithLabelValues(result).Inc()
+	}()
+	last := len(lines) - 1
+	for _, m := range lines[:last] {
+		msg := r.message(m)
+		msg.Reply = ""
+		if err := r.nc.PublishMsg(msg); err != nil {
+			return err
+		}
+	}
+	f, err := r.send(lines[last])
+	if err != nil {
+		return err
+	}
+	if err := r.await(ctx, f); err != nil {
+		return err
+	}
+	if f.a.Err != nil {
+		return f.a.Err
+	}
+	if f.buffered || f.conn != conn {
+		r.log.Warn().Msg("a group of lines went out on more than one connection: sending them again one by one")
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	n, err := r.direct.Count(cctx, r.stream, r.subject, from)
+	cancel()
+	if errors.Is(err, directget.ErrNoDirect) {
+		r.groupMin = 0 // a stream without direct gets: no more groups
+	}
+	if err != nil {
+		return fmt.Errorf("worker: counting a group of lines: %w", err)
+	}
+	if n != uint64(len(lines)) {
+		r.log.Warn().Int("sent", len(lines)).Uint64("stored", n).Msg("the stream did not store every line of a group: sending them again one by one")
+		return nil
+	}
+	r.gapFrom = 0
+	r.lastSeq = max(r.lastSeq, f.a.Seq)
+	return nil
 }
 
 // refused reports whether err is the stream refusing a line for another
@@ -361,8 +464,18 @@ func (r *relay) run(ctx context.Context) {
 				return p.a.Err
 			}
 			last, freed = p.m.seq, freed+len(p.m.data)
+			r.lastSeq = max(r.lastSeq, p.a.Seq)
 			inflight = inflight[1:]
 			block = false
+		}
+		return nil
+	}
+	// resolveAll waits until nothing is in flight.
+	resolveAll := func() error {
+		for len(inflight) > 0 {
+			if err := resolve(true); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -404,6 +517,28 @@ func (r *relay) run(ctx context.Context) {
 				}
 				continue
 			}
+		}
+		if r.grouping(len(pending)) {
+			// A group goes out with nothing else in flight: its count
+			// must find only its own lines.
+			if err := resolveAll(); err != nil {
+				pending, inflight = r.recover(ctx, err, inflight, pending)
+				continue
+			}
+			n := min(len(pending), max(r.window, groupMax))
+			if err := r.sendGroup(ctx, pending[:n]); err != nil {
+				pending, inflight = r.recover(ctx, err, nil, pending)
+				continue
+			}
+			if r.gapFrom == 0 { // every line of the group is stored
+				freed := 0
+				for _, m := range pending[:n] {
+					freed += len(m.data)
+				}
+				r.setStoredFreed(pending[n-1].seq, freed)
+				pending = pending[n:]
+			}
+			continue // else the lines go again, one acknowledgement each
 		}
 		m := pending[0]
 		if !r.nc.IsConnected() {
@@ -474,6 +609,7 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 			continue // the read below tells
 		}
 		r.setStoredFreed(p.m.seq, 0) // its bytes are freed below
+		r.lastSeq = max(r.lastSeq, p.a.Seq)
 	}
 	if wrong {
 		v, err := r.fence.Recheck(ctx)

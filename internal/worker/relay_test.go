@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/jspub"
 	"github.com/agentfleet/agentfleet/internal/natstest"
@@ -203,18 +204,10 @@ func seqs(ms []outMsg) []uint64 {
 // again, after a pause, until the stream takes it (the limit is raised
 // again), and the stream ends with every line. Before, line 2 was lost.
 func TestRelayLineRefusedThenALaterOneStoredIsSentAgain(t *testing.T) {
-	_, nc, js := natstest.RunJetStream(t)
+	r, js, m := groupRelay(t, 2048)
+	r.groupMin = 0 // one acknowledgement per line
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, Duplicates: time.Minute, MaxMsgSize: 2048}
-	_, err := js.CreateStream(ctx, cfg)
-	require.NoError(t, err)
-	m := NewMetrics(nil, 1, nil)
-	r := newRelay(&relay{
-		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
-		maxPayload: 1 << 20, journal: &memLog{}, metrics: m, log: zerolog.Nop(), timeout: time.Second,
-		fence: fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
-	})
 	big := `{"pad":"` + strings.Repeat("x", 4096) + `"}`
 	// All three are queued before the publisher starts, so line 3 goes
 	// out before line 2's refusal is back.
@@ -224,19 +217,108 @@ func TestRelayLineRefusedThenALaterOneStoredIsSentAgain(t *testing.T) {
 	r.start(ctx)
 	defer r.shutdown()
 	require.Eventually(t, func() bool { return testutil.ToFloat64(m.publishErrors) > 0 }, time.Minute, time.Millisecond)
+	raiseMaxMsgSize(ctx, t, js)
+	require.NoError(t, r.flush(ctx))
+	requireStoredOnce(t, js, 3)
+}
+
+// raiseMaxMsgSize lifts stream Q's max message size.
+func raiseMaxMsgSize(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	st, err := js.Stream(ctx, "Q")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
 	cfg.MaxMsgSize = 0
 	_, err = js.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
-	require.NoError(t, r.flush(ctx))
+}
 
+// groupRelay is a relay on stream Q that sends groups of 16 or more lines.
+func groupRelay(t *testing.T, maxMsgSize int32) (*relay, jetstream.JetStream, *Metrics) {
+	t.Helper()
+	_, nc, js := natstest.RunJetStream(t)
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "Q", Subjects: []string{"q.>"}, Duplicates: time.Minute, MaxMsgSize: maxMsgSize, AllowDirect: true,
+	})
+	require.NoError(t, err)
+	m := NewMetrics(nil, 1, nil)
+	r := newRelay(&relay{
+		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: m, log: zerolog.Nop(), timeout: time.Second,
+		fence:  fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
+		direct: directget.New(nc), groupMin: 16, window: 64,
+	})
+	return r, js, m
+}
+
+// requireStoredOnce checks that stream Q holds lines 1..n of q.t.x.msg,
+// each once, and returns their Fleet-Seqs in stream order.
+func requireStoredOnce(t *testing.T, js jetstream.JetStream, n int) []uint64 {
+	t.Helper()
+	ctx := context.Background()
 	st, err := js.Stream(ctx, "Q")
 	require.NoError(t, err)
-	got := map[string]bool{}
+	var order []uint64
+	seen := map[uint64]bool{}
 	for seq := uint64(1); seq <= st.CachedInfo().State.LastSeq; seq++ {
 		msg, err := st.GetMsg(ctx, seq)
 		require.NoError(t, err)
-		require.False(t, got[msg.Header.Get(protocol.HeaderSeq)], "line %s stored twice", msg.Header.Get(protocol.HeaderSeq))
-		got[msg.Header.Get(protocol.HeaderSeq)] = true
+		fs, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderSeq), 10, 64)
+		require.NoError(t, err)
+		require.False(t, seen[fs], "line %d stored twice", fs)
+		seen[fs] = true
+		order = append(order, fs)
 	}
-	require.Equal(t, map[string]bool{"1": true, "2": true, "3": true}, got)
+	require.Len(t, seen, n, "every line stored")
+	return order
+}
+
+// TestRelayGroupsStoreEveryLine: lines queued faster than they are stored
+// go out in groups, one acknowledgement and one count each; every line is
+// stored once, in order.
+func TestRelayGroupsStoreEveryLine(t *testing.T) {
+	r, js, m := groupRelay(t, 0)
+	const lines = 1000
+	for i := range lines {
+		require.NoError(t, r.emit([]byte(`{"n":`+strconv.Itoa(i+1)+`}`)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.start(ctx)
+	defer r.shutdown()
+	require.NoError(t, r.flush(ctx))
+	order := requireStoredOnce(t, js, lines)
+	for i, fs := range order {
+		require.Equal(t, uint64(i+1), fs, "in order")
+	}
+	require.GreaterOrEqual(t, testutil.ToFloat64(m.lineGroups.WithLabelValues("stored")), 1.0)
+	require.Zero(t, testutil.ToFloat64(m.lineGroups.WithLabelValues("resent")))
+}
+
+// TestRelayGroupWithARefusedLineIsSentAgain: the stream refuses line 20 of
+// a group (above its max message size) without a word, since it had no
+// reply subject, and stores the group's last line, whose acknowledgement
+// comes back. The count finds a line missing: the group goes again one
+// acknowledgement each, line 20 waits until the stream takes it (the limit
+// is raised), and the stream ends with every line once. Trusting the
+// acknowledgement alone lost line 20.
+func TestRelayGroupWithARefusedLineIsSentAgain(t *testing.T) {
+	r, js, m := groupRelay(t, 2048)
+	const lines = 40
+	for i := range lines {
+		l := `{"n":` + strconv.Itoa(i+1) + `}`
+		if i+1 == 20 {
+			l = `{"pad":"` + strings.Repeat("x", 4096) + `"}`
+		}
+		require.NoError(t, r.emit([]byte(l)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.start(ctx)
+	defer r.shutdown()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.lineGroups.WithLabelValues("resent")) > 0 }, time.Minute, time.Millisecond)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.publishErrors) > 0 }, time.Minute, time.Millisecond, "line 20 refused again, alone")
+	raiseMaxMsgSize(ctx, t, js)
+	require.NoError(t, r.flush(ctx))
+	requireStoredOnce(t, js, lines)
 }
