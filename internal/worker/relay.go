@@ -51,14 +51,14 @@ var errAckTimeout = errors.New("worker: no acknowledgement from the stream in ti
 //
 // Lines that queue up (16 or more: an agent writing faster than one
 // acknowledgement each would carry) go out as a group instead (up to
-// 1,024), on a stream of one replica: nothing else in flight, every line but the last without
-// a reply subject, the last with one, then one count of the query's lines
-// stored since the last line known stored (sendGroup). The stream sends
-// one acknowledgement per group instead of one per line, and the relay
-// handles one; the count catches a line the stream refused without a
-// word, or one lost on the way, and then the group goes again one
-// acknowledgement each. A job's few lines go one acknowledgement each, as
-// before.
+// 1,024), on a stream of one replica: nothing else in flight, every line
+// but the last without a reply subject, the last with one, then one count
+// of the query's lines stored since the last line known stored
+// (sendGroup). The stream sends one acknowledgement per group instead of
+// one per line, and the relay handles one; the count catches a line the
+// stream refused without a word, or one lost on the way, and then the
+// group goes again one acknowledgement each. A job's few lines go one
+// acknowledgement each, as before.
 //
 // Each line carries the attempt's fence (see package fence): it is stored
 // only while the query's last status is this attempt's own. When a publish
@@ -571,13 +571,13 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	r.metrics.publishErrors.Inc()
 	wrong := fence.WrongLastSequence(cause)
 	// Across a reconnect a line may be stored while an earlier one was
-	// lost with the old connection: then only the lines acknowledged in
-	// order (prefix) are known stored, and the rest is sent again (the
-	// stream drops a copy of a stored one by its Nats-Msg-Id). Until the
-	// first of them is acknowledged (gapFrom), the read back cannot tell
-	// either: the last line stored may follow a missing one.
-	// So is a line the stream refused for another reason than the fence
-	// (a limit, a failed write), when a later one was stored.
+	// lost with the old connection, and a line the stream refused for
+	// another reason than the fence (a limit, a failed write) may be
+	// followed by a stored one. Then only the lines acknowledged in order
+	// are known stored, and the rest is sent again (the stream drops a
+	// copy of a stored one by its Nats-Msg-Id); until the first of them
+	// is acknowledged (gapFrom), the read back cannot tell either: the
+	// last line stored may follow a missing one.
 	trust := r.gapFrom == 0 && oneConnection(inflight)
 	acked := make([]bool, len(inflight))
 	for i, p := range inflight {
@@ -624,13 +624,13 @@ func (r *relay) recover(ctx context.Context, cause error, inflight []flight, pen
 	} else {
 		r.log.Warn().Err(cause).Int("in_flight", len(inflight)).Msg("publish failed; checking what the stream has, then sending again in order")
 	}
-	// Only this goroutine marks lines stored: setStoredFreed below records
-	// stored (and acks the journal) once.
 	// The read also waits, with backoff, while NATS is away.
 	last, err := r.lastStored(ctx)
 	if err != nil {
 		return pending, nil // ctx ended
 	}
+	// Only this goroutine marks lines stored: setStoredFreed below records
+	// stored (and acks the journal) once.
 	stored := r.storedSeq()
 	switch {
 	case trust:
