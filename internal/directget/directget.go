@@ -93,7 +93,7 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 		MultiLast []string `json:"multi_last"`
 		Batch     int      `json:"batch"`
 	}{subjects, len(subjects)}
-	err := x.get(ctx, stream, req, len(subjects), func(m *jetstream.RawStreamMsg) (bool, error) {
+	_, err := x.get(ctx, stream, req, len(subjects), func(m *jetstream.RawStreamMsg) (bool, error) {
 		i, ok := at[m.Subject]
 		if !ok {
 			return false, fmt.Errorf("a message on %q, which was not asked for", m.Subject)
@@ -109,45 +109,49 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 
 // get sends one direct get req to stream whose answer is up to n messages
 // and an end marker, and hands each message to add until add says no more
-// or errs. ErrNoDirect: nothing answers direct gets of stream.
-func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*jetstream.RawStreamMsg) (more bool, err error)) error {
+// or errs. It returns the end marker of a batch (its headers say how many
+// more match), nil when the answer was "none" or add stopped first.
+// ErrNoDirect: nothing answers direct gets of stream.
+func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*jetstream.RawStreamMsg) (more bool, err error)) (end *nats.Msg, err error) {
 	if err := ctx.Err(); err != nil {
-		return err // ended already: ask nothing (a reply could otherwise win the wait below)
+		return nil, err // ended already: ask nothing (a reply could otherwise win the wait below)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	inbox, replies, done, err := x.Open(n + 1)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer done()
 	if err := x.nc.PublishRequest(jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream, inbox, body); err != nil {
-		return err
+		return nil, err
 	}
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-replies:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		switch st := m.Header.Get("Status"); st {
 		case "":
-		case "404", "204": // nothing (more); the end of the batch
-			return nil
+		case "404": // nothing
+			return nil, nil
+		case "204": // the end of the batch
+			return m, nil
 		case "503":
-			return ErrNoDirect
+			return nil, ErrNoDirect
 		default:
-			return fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
+			return nil, fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
 		}
 		rm, err := RawMsg(m)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if more, err := add(rm); err != nil || !more {
-			return err
+			return nil, err
 		}
 	}
 }
@@ -174,50 +178,23 @@ func RawMsg(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
 // follow it). A message stored while the get runs may or may not be
 // counted. ctx bounds the wait, as for LastMsgs.
 func (x *Mux) Count(ctx context.Context, stream, subject string, from uint64) (uint64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
 	req := struct {
 		Seq      uint64 `json:"seq"`
 		NextFor  string `json:"next_by_subj"`
 		Batch    int    `json:"batch"`
 		MaxBytes int    `json:"max_bytes"`
 	}{max(from, 1), subject, 1, 1}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return 0, err
-	}
-	inbox, replies, done, err := x.Open(2)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	if err := x.nc.PublishRequest(jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream, inbox, body); err != nil {
-		return 0, err
-	}
 	var n uint64
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-replies:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		switch st := m.Header.Get("Status"); st {
-		case "":
-			n = 1 // the first message at or after from
-		case "404":
-			return 0, nil // none
-		case "204":
-			pending, err := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("directget: count of %s in %s: bad Nats-Num-Pending: %w", subject, stream, err)
-			}
-			return n + pending, nil
-		case "503":
-			return 0, ErrNoDirect
-		default:
-			return 0, fmt.Errorf("directget: count of %s in %s: status %s %s", subject, stream, st, m.Header.Get("Description"))
-		}
+	end, err := x.get(ctx, stream, req, 1, func(*jetstream.RawStreamMsg) (bool, error) {
+		n = 1 // the first message at or after from
+		return true, nil
+	})
+	if err != nil || end == nil {
+		return 0, err // none, or an error
 	}
+	pending, err := strconv.ParseUint(end.Header.Get("Nats-Num-Pending"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("directget: count of %s in %s: bad Nats-Num-Pending: %w", subject, stream, err)
+	}
+	return n + pending, nil
 }
