@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
 )
@@ -74,8 +75,18 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	}
 	defer func() { _ = nc.Drain() }()
 	names := protocol.NewNames(common.Prefix)
-	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log}
-	objects, status, err := backends.OpenBoth(ctx, storageURL, statusURL, deps)
+	// nats:// buckets follow --replicas, so on a cluster they survive a
+	// node as the streams do. Opening is retried as provisioning is: a
+	// young cluster may not be able to place a replicated bucket yet. The
+	// retries are bounded, so a store that stays away fails the start.
+	deps := backends.Deps{JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Replicas: reps, Logger: &log}
+	var objects, status storage.Store
+	octx, ocancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = provision.Retry(octx, func(ctx context.Context) (err error) {
+		objects, status, err = backends.OpenBoth(ctx, storageURL, statusURL, deps)
+		return err
+	})
+	ocancel()
 	if err != nil {
 		log.Error().Err(err).Msg("opening --storage / --status-storage")
 		return 1

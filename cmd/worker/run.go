@@ -18,12 +18,14 @@ import (
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
@@ -111,9 +113,19 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	}
 	defer func() { _ = nc.Drain() }()
 	names := protocol.NewNames(common.Prefix)
-	objects, err := backends.Open(ctx, storageURL, backends.Objects, backends.Deps{
-		JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log,
+	// Retried as the dispatcher's provisioning is (bounded): a young
+	// cluster may not be able to place a nats:// bucket yet. A bucket the
+	// worker makes has one replica (or ?replicas=); the dispatcher raises
+	// it to its --replicas.
+	var objects storage.Store
+	octx, ocancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = provision.Retry(octx, func(ctx context.Context) (err error) {
+		objects, err = backends.Open(ctx, storageURL, backends.Objects, backends.Deps{
+			JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log,
+		})
+		return err
 	})
+	ocancel()
 	if err != nil {
 		log.Error().Err(err).Msg("opening --storage")
 		return 1

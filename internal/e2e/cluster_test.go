@@ -14,12 +14,17 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/storage/backends"
+	"github.com/agentfleet/agentfleet/pkg/storage/natsstore"
 )
 
 // clusterFromDeployConfig starts a 3-node cluster on loopback from the
@@ -225,4 +230,91 @@ func failover(t testing.TB, rounds int) map[string][]time.Duration {
 		require.Equal(t, string(fleettest.JoinLines(lines)), string(f.Transcript(f.Objects, "default", id)), id)
 	}
 	return stalls
+}
+
+// With --storage nats:// on a 3-node cluster, the storage buckets follow
+// the fleet's replicas: a bucket a worker made with one replica before the
+// dispatcher started is raised to three, and when the node leading the
+// transcripts bucket is killed, jobs keep finishing with their status
+// records and transcripts stored while it is down. With one replica the
+// buckets lived on one node, and its loss took every transcript and status
+// write with it until it came back.
+func TestNATSStorageSurvivesANodeLoss(t *testing.T) {
+	c := natstest.RunCluster(t, natstest.ClusterOptions(t, 3))
+	connect := func(t testing.TB, _ string) *nats.Conn {
+		nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// A worker started first makes the objects bucket, with one replica.
+	wjs, err := jetstream.New(connect(t, "worker"))
+	require.NoError(t, err)
+	// Retried as cmd/worker does: a young cluster may not place it yet.
+	var first storage.Store
+	require.NoError(t, provision.Retry(ctx, func(ctx context.Context) (err error) {
+		first, err = backends.Open(ctx, "nats://", backends.Objects, backends.Deps{JS: wjs})
+		return err
+	}))
+	require.NoError(t, first.Close())
+
+	f := fleettest.New(t, fleettest.Opts{Server: c.Servers()[0], Connect: connect, Replicas: 3, StorageURL: "nats://"})
+	streamInfo := func(name string) *jetstream.StreamInfo {
+		t.Helper()
+		var info *jetstream.StreamInfo
+		fleettest.Eventually(t, time.Minute, func() bool {
+			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			st, err := f.JS.Stream(ictx, name)
+			if err != nil {
+				return false
+			}
+			info, err = st.Info(ictx)
+			return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+		}, name+" info")
+		return info
+	}
+	objStream := "OBJ_" + f.Names.ObjectBucket()
+	for _, name := range []string{"KV_" + f.Names.StatusBucket(), objStream, "KV_" + natsstore.NamesBucket(f.Names.ObjectBucket())} {
+		require.Equal(t, 3, streamInfo(name).Config.Replicas, "%s follows the fleet's replicas", name)
+	}
+
+	var workers []*fleettest.Worker
+	for range 2 {
+		workers = append(workers, f.StartWorker(fleettest.WorkerOpts{Slots: 2}))
+	}
+	for _, w := range workers {
+		fleettest.WaitReady(t, w.W)
+	}
+
+	leader := streamInfo(objStream).Cluster.Leader
+	node := c.Node(leader)
+	require.GreaterOrEqual(t, node, 0, "leader %q of %s", leader, objStream)
+	c.Kill(node)
+	t.Logf("killed %s, the leader of %s", leader, objStream)
+
+	var ids []string
+	for i := range 4 {
+		id := "nodeloss-" + strconv.Itoa(i)
+		ids = append(ids, id)
+		f.SubmitJSON("default", id, "/standin lines=3")
+	}
+	for _, id := range ids {
+		fleettest.Eventually(t, 2*time.Minute, func() bool {
+			ev, err := storage.GetStatus(ctx, f.Status, "default", id)
+			return err == nil && ev.State.Terminal()
+		}, id+" status record stored")
+		ev, err := storage.GetStatus(ctx, f.Status, "default", id)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateSucceeded, ev.State, id)
+		h := f.History("default", id)
+		fleettest.RequireOneTerminal(t, h)
+		lines := fleettest.RequireContiguous(t, h)
+		require.Equal(t, string(fleettest.JoinLines(lines)), string(f.Transcript(f.Objects, "default", id)),
+			"%s: the transcript is stored with %s down", id, leader)
+	}
 }

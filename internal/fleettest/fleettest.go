@@ -36,6 +36,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
@@ -94,6 +95,10 @@ type Opts struct {
 	SessionTTL, SessionSweep time.Duration
 	// Admission configures the dispatcher's admitter (defaults, clock).
 	Admission admission.Config
+	// StorageURL, if set, is where objects and status records go instead
+	// of a file store in the test's directory (e.g. "nats://"), opened as
+	// `dispatcher serve` opens --storage, with Replicas.
+	StorageURL string
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -106,6 +111,7 @@ type Fleet struct {
 	Names   protocol.Names
 	Dir     string
 	Objects storage.Store
+	Status  storage.Store // status records: Objects, unless Opts.StorageURL is set
 	Disp    *dispatcher.Service
 	Arch    *archiver.Service // writes transcripts from the stream, as `dispatcher serve` does
 	Client  *fleetapi.Client
@@ -131,15 +137,30 @@ func New(t testing.TB, o Opts) *Fleet {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	dir := t.TempDir()
-	objects, err := storage.NewFS(filepath.Join(dir, "data"))
-	require.NoError(t, err)
-	f := &Fleet{t: t, Srv: srv, NC: nc, JS: js, Names: protocol.NewNames(""), Dir: dir, Objects: objects, connect: connect}
+	names := protocol.NewNames("")
+	var objects, status storage.Store
+	if o.StorageURL == "" {
+		objects, err = storage.NewFS(filepath.Join(dir, "data"))
+		require.NoError(t, err)
+		status = objects
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err = provision.Retry(ctx, func(ctx context.Context) (err error) {
+			objects, status, err = backends.OpenBoth(ctx, o.StorageURL, o.StorageURL, backends.Deps{
+				JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Replicas: o.Replicas})
+			return err
+		})
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = objects.Close(); _ = status.Close() })
+	}
+	f := &Fleet{t: t, Srv: srv, NC: nc, JS: js, Names: names, Dir: dir, Objects: objects, Status: status, connect: connect}
 	f.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(logLevel())
 	if o.AckWait == 0 {
 		o.AckWait = 30 * time.Second
 	}
 	f.Disp, err = dispatcher.New(dispatcher.Config{
-		NC: nc, Status: objects, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
+		NC: nc, Status: status, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		Admission: o.Admission,
 	})

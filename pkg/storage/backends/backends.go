@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -52,6 +53,12 @@ type Deps struct {
 	// ObjectBucket is the Object Store bucket of nats:// for the Objects
 	// role (default protocol.NewNames("").ObjectBucket(), FLEET_TRANSCRIPTS).
 	ObjectBucket string
+	// Replicas of the nats:// buckets: a bucket is created with them and
+	// an existing one with fewer is raised to them (natsstore.WithReplicas).
+	// 0 means 1, which raises nothing. The URL's ?replicas= overrides it.
+	// The dispatcher passes its --replicas, so on a cluster the storage
+	// buckets survive the loss of a node as the fleet's streams do.
+	Replicas int
 	// Logger receives one line per opened store; nil logs nothing.
 	Logger *zerolog.Logger
 }
@@ -198,9 +205,17 @@ func openNATS(ctx context.Context, u *url.URL, role Role, deps Deps) (storage.St
 	}
 	q := u.Query()
 	for k := range q {
-		if k != "bucket" {
-			return nil, fmt.Errorf("nats:// storage: unknown query parameter %q (only bucket)", k)
+		if k != "bucket" && k != "replicas" {
+			return nil, fmt.Errorf("nats:// storage: unknown query parameter %q (only bucket and replicas)", k)
 		}
+	}
+	replicas := max(deps.Replicas, 1)
+	if v := q.Get("replicas"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 5 {
+			return nil, fmt.Errorf("nats:// storage: replicas=%q: want a number from 1 to 5", v)
+		}
+		replicas = n
 	}
 	if deps.JS == nil {
 		return nil, errors.New("nats:// storage needs a JetStream connection")
@@ -209,9 +224,9 @@ func openNATS(ctx context.Context, u *url.URL, role Role, deps Deps) (storage.St
 	switch role {
 	case Status:
 		bucket := cmp.Or(q.Get("bucket"), deps.StatusBucket, names.StatusBucket())
-		return natsstore.NewKV(ctx, deps.JS, bucket)
+		return natsstore.NewKV(ctx, deps.JS, bucket, natsstore.WithReplicas(replicas))
 	default:
 		bucket := cmp.Or(q.Get("bucket"), deps.ObjectBucket, names.ObjectBucket())
-		return natsstore.NewObjects(ctx, deps.JS, bucket)
+		return natsstore.NewObjects(ctx, deps.JS, bucket, natsstore.WithReplicas(replicas))
 	}
 }

@@ -113,6 +113,9 @@ func TestOpenErrors(t *testing.T) {
 		"nats://":                  "needs a JetStream connection",
 		"nats://otherhost:4222":    "fleet's own NATS connection",
 		"nats://?bucket=B&x=1":     `unknown query parameter "x"`,
+		"nats://?replicas=0":       `replicas="0": want a number from 1 to 5`,
+		"nats://?replicas=three":   `replicas="three": want a number from 1 to 5`,
+		"nats://?replicas=6":       `replicas="6"`,
 		"file://":                  "names no directory",
 		"%zz":                      "bad URL",
 		"s3://user:secret@b/%zz":   "bad URL",
@@ -170,7 +173,7 @@ func TestRoleString(t *testing.T) {
 // FuzzOpenNATSURL: any nats:// URL from a flag or the environment gets an
 // error, never a panic; with no JetStream connection none can open.
 func FuzzOpenNATSURL(f *testing.F) {
-	for _, s := range []string{"", "?bucket=B", "?bucket=", "?bucket=B&x=1", "h:1/p?%zz", "/?bucket=a.b"} {
+	for _, s := range []string{"", "?bucket=B", "?bucket=", "?bucket=B&x=1", "h:1/p?%zz", "/?bucket=a.b", "?replicas=3", "?replicas=-1&bucket=B"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, rest string) {

@@ -5,7 +5,8 @@
 //	                                       relative to the working directory)
 //	nats://                                JetStream on the fleet's own connection (Deps.JS): a KV
 //	                                       bucket for the Status role, an Object Store bucket for
-//	                                       the Objects role; ?bucket=NAME overrides Deps' bucket names
+//	                                       the Objects role; ?bucket=NAME overrides Deps' bucket names,
+//	                                       ?replicas=N (1-5) Deps.Replicas
 //	s3://bucket?endpoint=…&region=auto     R2 or any S3, opened by the function registered for "s3"
 //	cfkv://<account_id>/<namespace_id>     Workers KV, opened by the function registered for "cfkv"
 //

@@ -19,7 +19,11 @@
 // operator may create it first with replicas, limits or placement), and
 // create it with file storage and the given replicas if it does not. Start
 // order between processes does not matter: a lost creation race is retried as
-// an open.
+// an open. WithReplicas(n) also raises an existing bucket (its stream, and
+// the name index's) that has fewer than n replicas, keeping its other
+// settings, so buckets a worker made with one replica before the
+// dispatcher started follow the dispatcher's --replicas; a bucket never
+// loses replicas here.
 //
 // # Keys
 //

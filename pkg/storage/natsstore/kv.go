@@ -41,6 +41,9 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...O
 func openKV(ctx context.Context, js jetstream.JetStream, bucket, description string, o options) (jetstream.KeyValue, error) {
 	for range 3 {
 		kv, err := js.KeyValue(ctx, bucket)
+		if err == nil {
+			err = raiseReplicas(ctx, js, "KV_"+bucket, o)
+		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return kv, err
 		}

@@ -25,7 +25,8 @@ type options struct {
 }
 
 // WithReplicas sets the replicas of a bucket created by the constructor
-// (default 1). An existing bucket keeps its own setting.
+// (default 1). An existing bucket with fewer replicas is raised to n (its
+// other settings are kept); one with as many or more keeps its own.
 func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 
 // WithTimeout sets the deadline given to calls whose context has none
@@ -52,6 +53,63 @@ func withDeadline(ctx context.Context, d time.Duration) (context.Context, contex
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// raiseReplicas raises the replicas of the bucket's stream to o.replicas
+// if it has fewer, keeping every other setting of the stream (an operator
+// may have set limits or placement). A bucket made with one replica, by a
+// process started without WithReplicas or before the cluster grew, so
+// follows the fleet's --replicas once the dispatcher opens it.
+func raiseReplicas(ctx context.Context, js jetstream.JetStream, stream string, o options) error {
+	if o.replicas <= 1 {
+		return nil
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Replicas >= o.replicas {
+		return nil
+	}
+	cfg.Replicas = o.replicas
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return err
+	}
+	// The stream has no leader for a moment while its new peers join; a
+	// write sent then gets no acknowledgement and waits out its deadline.
+	// So the bucket is handed out once it has a leader and every new peer
+	// has caught up (the server has no event to wait on for this).
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := s.Info(ctx)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && caughtUp(info.Cluster.Replicas, o.replicas-1) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New("no leader with every replica current yet")
+			}
+			return fmt.Errorf("raising %s to %d replicas: %w: %w", stream, o.replicas, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// caughtUp reports whether there are n peers besides the leader, each
+// current.
+func caughtUp(peers []*jetstream.PeerInfo, n int) bool {
+	if len(peers) < n {
+		return false
+	}
+	for _, p := range peers {
+		if !p.Current || p.Offline {
+			return false
+		}
+	}
+	return true
 }
 
 // begin validates key and checks ctx before any I/O.

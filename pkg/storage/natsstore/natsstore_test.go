@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -235,4 +236,65 @@ func TestObjectsNameIndex(t *testing.T) {
 	got, err = s.List(ctx, "a/")
 	require.NoError(t, err)
 	require.Equal(t, []string{"a/new", "a/unindexed"}, got)
+}
+
+// On a cluster, WithReplicas raises buckets made with fewer replicas (a
+// worker started before the dispatcher made them with one) and keeps their
+// other settings; it never lowers a bucket's replicas.
+func TestWithReplicasRaisesAnExistingBucket(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, natstest.ClusterOptions(t, 3))
+	nc, err := nats.Connect(c.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := t.Context()
+	replicas := func(stream string) int {
+		t.Helper()
+		s, err := js.Stream(ctx, stream)
+		require.NoError(t, err)
+		return s.CachedInfo().Config.Replicas
+	}
+
+	// Made with one replica, one by an operator with their own history.
+	_, err = natsstore.NewKV(ctx, js, "ST")
+	require.NoError(t, err)
+	_, err = natsstore.NewObjects(ctx, js, "OB")
+	require.NoError(t, err)
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "OPS", History: 5, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	for _, s := range []string{"KV_ST", "OBJ_OB", "KV_OB_NAMES", "KV_OPS"} {
+		require.Equal(t, 1, replicas(s), s)
+	}
+
+	_, err = natsstore.NewKV(ctx, js, "ST", natsstore.WithReplicas(3))
+	require.NoError(t, err)
+	ob, err := natsstore.NewObjects(ctx, js, "OB", natsstore.WithReplicas(3))
+	require.NoError(t, err)
+	ops, err := natsstore.NewKV(ctx, js, "OPS", natsstore.WithReplicas(3))
+	require.NoError(t, err)
+	for _, s := range []string{"KV_ST", "OBJ_OB", "KV_OB_NAMES", "KV_OPS"} {
+		require.Equal(t, 3, replicas(s), "%s is raised to 3 replicas", s)
+	}
+	kv, err := js.KeyValue(ctx, "OPS")
+	require.NoError(t, err)
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, st.History(), "the operator's other settings are kept")
+
+	// The raised buckets work, and a later open asking for fewer keeps 3.
+	require.NoError(t, ob.Put(ctx, "a/b", []byte("x")))
+	require.NoError(t, ops.Put(ctx, "k", []byte("v")))
+	again, err := natsstore.NewObjects(ctx, js, "OB", natsstore.WithReplicas(1))
+	require.NoError(t, err)
+	v, err := again.Get(ctx, "a/b")
+	require.NoError(t, err)
+	require.Equal(t, []byte("x"), v)
+	require.Equal(t, 3, replicas("OBJ_OB"), "never lowered")
+
+	// A new bucket is made with the replicas asked for.
+	_, err = natsstore.NewKV(ctx, js, "NEW", natsstore.WithReplicas(3))
+	require.NoError(t, err)
+	require.Equal(t, 3, replicas("KV_NEW"))
 }

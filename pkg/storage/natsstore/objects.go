@@ -88,6 +88,9 @@ func (s *Objects) indexExisting(ctx context.Context) error {
 func openObjects(ctx context.Context, js jetstream.JetStream, bucket string, o options) (jetstream.ObjectStore, error) {
 	for range 3 {
 		obs, err := js.ObjectStore(ctx, bucket)
+		if err == nil {
+			err = raiseReplicas(ctx, js, "OBJ_"+bucket, o)
+		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return obs, err
 		}
