@@ -157,19 +157,30 @@ func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*
 }
 
 // RawMsg is a direct get's reply (one that carries a message, not a
-// status) as the stored message.
+// status) as the stored message. The server adds its headers (sequence,
+// subject, time) after the stored message's own, so where a publisher
+// stored a header of the same name (a copy of a message read back), the
+// server's is the last value, and that one is used.
 func RawMsg(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
-	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("bad %s: %w", jetstream.SequenceHeader, err)
 	}
-	rm := &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Data: m.Data, Header: m.Header}
-	if ts := m.Header.Get(jetstream.TimeStampHeaer); ts != "" {
+	rm := &jetstream.RawStreamMsg{Subject: lastValue(m.Header, jetstream.SubjectHeader), Sequence: seq, Data: m.Data, Header: m.Header}
+	if ts := lastValue(m.Header, jetstream.TimeStampHeaer); ts != "" {
 		if rm.Time, err = time.Parse(time.RFC3339Nano, ts); err != nil {
 			return nil, fmt.Errorf("bad %s: %w", jetstream.TimeStampHeaer, err)
 		}
 	}
 	return rm, nil
+}
+
+// lastValue is the last value of key in h ("" if none).
+func lastValue(h nats.Header, key string) string {
+	if vs := h.Values(key); len(vs) > 0 {
+		return vs[len(vs)-1]
+	}
+	return ""
 }
 
 // Count returns how many messages stream holds on subject (a literal
@@ -197,4 +208,43 @@ func (x *Mux) Count(ctx context.Context, stream, subject string, from uint64) (u
 		return 0, fmt.Errorf("directget: count of %s in %s: bad Nats-Num-Pending: %w", subject, stream, err)
 	}
 	return n + pending, nil
+}
+
+// Each hands every message stream holds on subject (a literal subject) at
+// or after sequence from to fn, in stream order, with batched direct gets
+// of up to batch messages (at most max_bytes of them at once, so large
+// messages come a few at a time). A message stored while it runs may or
+// may not be handed over. fn's error stops it and is returned. ctx bounds
+// the whole read, as for LastMsgs.
+func (x *Mux) Each(ctx context.Context, stream, subject string, from uint64, fn func(*jetstream.RawStreamMsg) error) error {
+	const batch, maxBytes = 256, 4 << 20
+	from = max(from, 1)
+	for {
+		req := struct {
+			Seq      uint64 `json:"seq"`
+			NextFor  string `json:"next_by_subj"`
+			Batch    int    `json:"batch"`
+			MaxBytes int    `json:"max_bytes"`
+		}{from, subject, batch, maxBytes}
+		got := 0
+		end, err := x.get(ctx, stream, req, batch, func(m *jetstream.RawStreamMsg) (bool, error) {
+			if m.Subject != subject || m.Sequence < from {
+				return false, fmt.Errorf("a message on %q at %d, asked for %q from %d", m.Subject, m.Sequence, subject, from)
+			}
+			got++
+			from = m.Sequence + 1
+			return true, fn(m)
+		})
+		switch {
+		case err != nil:
+			return fmt.Errorf("directget: messages on %s in %s: %w", subject, stream, err)
+		case end == nil:
+			return nil // none left
+		case got == 0:
+			return fmt.Errorf("directget: messages on %s in %s: an empty batch", subject, stream)
+		}
+		if end.Header.Get("Nats-Num-Pending") == "0" {
+			return nil
+		}
+	}
 }

@@ -2,10 +2,12 @@ package directget_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -14,17 +16,25 @@ import (
 	"github.com/agentfleet/agentfleet/internal/natstest"
 )
 
+// streamQ starts a server with stream Q (subjects q.>, direct gets) and
+// returns a connection, its JetStream context and a 30 s context.
+func streamQ(t *testing.T) (*server.Server, *nats.Conn, jetstream.JetStream, jetstream.Stream, context.Context) {
+	t.Helper()
+	srv, nc, js := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	return srv, nc, js, st, ctx
+}
+
 // LastMsgs answers for each subject what a last-by-subject get answers
 // (sequence, subject, body, headers, time), nil where a subject has
 // nothing, in the order asked, with one subscription for all its gets;
 // a stream that answers no direct gets, or none at all, says so.
 func TestLastMsgs(t *testing.T) {
 	t.Parallel()
-	srv, nc, js := natstest.RunJetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, AllowDirect: true})
-	require.NoError(t, err)
+	srv, nc, js, st, ctx := streamQ(t)
 	for i, body := range []string{"s1", "c1", "s2", "m1"} {
 		m := nats.NewMsg(map[int]string{0: "q.a.status", 1: "q.a.ctl", 2: "q.a.status", 3: "q.b.msg"}[i])
 		m.Data = []byte(body)
@@ -56,7 +66,7 @@ func TestLastMsgs(t *testing.T) {
 	}
 	require.LessOrEqual(t, srv.NumSubscriptions(), subs0+1, "one subscription for every get")
 
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ND", Subjects: []string{"nd.>"}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ND", Subjects: []string{"nd.>"}})
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, "nd.x", []byte("x"))
 	require.NoError(t, err)
@@ -76,11 +86,7 @@ func TestLastMsgs(t *testing.T) {
 // whatever its size); none is 0; a stream without direct gets says so.
 func TestCount(t *testing.T) {
 	t.Parallel()
-	_, nc, js := natstest.RunJetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, AllowDirect: true})
-	require.NoError(t, err)
+	_, nc, js, _, ctx := streamQ(t)
 	var seqs []uint64 // of q.a.msg
 	for i := range 40 {
 		subj := "q.a.msg"
@@ -143,4 +149,79 @@ func FuzzRawMsg(f *testing.F) {
 			require.True(t, want.Equal(rm.Time))
 		}
 	})
+}
+
+func TestEach(t *testing.T) {
+	t.Parallel()
+	_, nc, js, _, ctx := streamQ(t)
+	// More than one batch, interleaved with another subject, with large
+	// messages that a batch's byte bound splits.
+	var want []string
+	var seqs []uint64
+	for i := range 700 {
+		subj := "q.a.msg"
+		if i%3 == 0 {
+			subj = "q.b.msg"
+		}
+		body := []byte(strconv.Itoa(i))
+		if i%100 == 1 {
+			body = append(make([]byte, 900<<10), body...)
+		}
+		ack, err := js.Publish(ctx, subj, body)
+		require.NoError(t, err)
+		if subj == "q.a.msg" {
+			want = append(want, string(body))
+			seqs = append(seqs, ack.Sequence)
+		}
+	}
+	mux := directget.New(nc)
+	read := func(from uint64) (got []string) {
+		t.Helper()
+		require.NoError(t, mux.Each(ctx, "Q", "q.a.msg", from, func(m *jetstream.RawStreamMsg) error {
+			got = append(got, string(m.Data))
+			return nil
+		}))
+		return got
+	}
+	require.Equal(t, want, read(0), "every message, in order")
+	require.Equal(t, want[100:], read(seqs[100]), "from a sequence on")
+	require.Empty(t, read(seqs[len(seqs)-1]+1))
+	none := 0
+	require.NoError(t, mux.Each(ctx, "Q", "q.c.msg", 0, func(*jetstream.RawStreamMsg) error { none++; return nil }))
+	require.Zero(t, none)
+
+	stop := errors.New("stop")
+	n := 0
+	err := mux.Each(ctx, "Q", "q.a.msg", 0, func(*jetstream.RawStreamMsg) error {
+		if n++; n == 3 {
+			return stop
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 3, n)
+}
+
+// A stored message that carries headers named as the server's (a copy of
+// a message read back, published again) is read with the server's values.
+func TestRawMsgTakesTheServersHeaders(t *testing.T) {
+	t.Parallel()
+	_, nc, js, _, ctx := streamQ(t)
+	_, err := js.Publish(ctx, "q.first", []byte("1"))
+	require.NoError(t, err)
+	m := nats.NewMsg("q.a.msg")
+	m.Header.Set(jetstream.SequenceHeader, "999")
+	m.Header.Set(jetstream.SubjectHeader, "q.other")
+	m.Header.Set(jetstream.TimeStampHeaer, "not a time")
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	var got []*jetstream.RawStreamMsg
+	require.NoError(t, directget.New(nc).Each(ctx, "Q", "q.a.msg", 1, func(m *jetstream.RawStreamMsg) error {
+		got = append(got, m)
+		return nil
+	}))
+	require.Len(t, got, 1)
+	require.Equal(t, uint64(2), got[0].Sequence)
+	require.Equal(t, "q.a.msg", got[0].Subject)
+	require.WithinDuration(t, time.Now(), got[0].Time, time.Minute)
 }

@@ -9,7 +9,10 @@
 //
 // The archiver reads transcripts with batched gets (Open); the worker reads a
 // query's last status and control message in one multi-last get when it
-// claims a query (package fence).
+// claims a query (package fence), counts a group of lines it relayed
+// (Count), and counts a query's lines when it continues one, reading them
+// all (Each) in the rare case that the count shows they were stored out of
+// Fleet-Seq order.
 //
 // Direct gets are answered by any replica of a stream that allows them
 // (AllowDirect), possibly from a state that lags the leader; callers that
