@@ -100,16 +100,35 @@ func (q *query) readBase(ctx context.Context) func() (uint64, error) {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.ClaimTimeout)
 		defer cancel()
 		var base uint64
+		var scan bool
+		subject := w.names.QueryMsg(job.Tenant, job.ID)
 		err := q.retryRead(cctx, "reading the query's last line", func(rctx context.Context) error {
-			m, err := fence.LastMsgVia(rctx, w.cfg.NC, w.names.QueriesStream(), w.names.QueryMsg(job.Tenant, job.ID), w.oneReplica())
+			oneReplica := w.oneReplica()
+			base, scan = 0, false
+			m, err := fence.LastMsgVia(rctx, w.cfg.NC, w.names.QueriesStream(), subject, oneReplica)
 			switch {
 			case errors.Is(err, jetstream.ErrMsgNotFound):
 				return nil
-			case err == nil:
-				base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+			case err != nil:
+				return err
 			}
+			base, _ = strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+			if !oneReplica {
+				// One line in flight: lines are stored in Fleet-Seq order.
+				return nil
+			}
+			n, err := w.direct.Count(rctx, w.names.QueriesStream(), subject, 1)
+			scan = n != base
 			return err
 		})
+		if err == nil && scan {
+			// Each try of the scan may read a long transcript: bounded by
+			// what is left of ClaimTimeout, not by PublishTimeout.
+			err = q.retryReadFor(cctx, w.cfg.ClaimTimeout, "reading the query's Fleet-Seqs", func(rctx context.Context) (err error) {
+				base, err = q.highestSeq(rctx, subject, base)
+				return err
+			})
+		}
 		ch <- result{base: base, err: err}
 	}()
 	return sync.OnceValues(func() (uint64, error) {
@@ -118,14 +137,46 @@ func (q *query) readBase(ctx context.Context) func() (uint64, error) {
 	})
 }
 
+// highestSeq returns the highest Fleet-Seq on the query's .msg subject
+// (a stream of one replica), given last, the Fleet-Seq of its last
+// message, by reading every message. readBase calls it when the subject
+// does not hold exactly last messages. (When it does, Fleet-Seqs 1..last
+// are each stored once, the usual case, which costs one count read.) On a
+// stream of one replica the relay keeps many lines in flight, and a line
+// it sends again (lost with a connection, or refused) can be stored after
+// later ones, so the last message need not hold the highest Fleet-Seq; a
+// line stored a second time, after the stream's duplicate window, is a
+// message more. A run that continued from such a last line would reuse
+// Fleet-Seqs.
+func (q *query) highestSeq(ctx context.Context, subject string, last uint64) (uint64, error) {
+	w := q.w
+	high := last
+	err := w.direct.Each(ctx, w.names.QueriesStream(), subject, 1, func(m *jetstream.RawStreamMsg) error {
+		if s, err := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64); err == nil {
+			high = max(high, s)
+		}
+		return nil
+	})
+	if err == nil && high != last {
+		q.log.Warn().Uint64("last_line_seq", last).Uint64("highest_seq", high).
+			Msg("the query's lines are stored out of Fleet-Seq order; continuing after the highest")
+	}
+	return high, err
+}
+
 // retryRead calls read, each try bounded by PublishTimeout, until it
 // succeeds or ctx ends (then the last failure is returned, as what), with
 // a backoff of 50ms doubling to 2s and a warning on the first failure and
 // every twentieth.
 func (q *query) retryRead(ctx context.Context, what string, read func(context.Context) error) error {
+	return q.retryReadFor(ctx, q.w.cfg.PublishTimeout, what, read)
+}
+
+// retryReadFor is retryRead with each try bounded by per.
+func (q *query) retryReadFor(ctx context.Context, per time.Duration, what string, read func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		rctx, cancel := context.WithTimeout(ctx, q.w.cfg.PublishTimeout)
+		rctx, cancel := context.WithTimeout(ctx, per)
 		err := read(rctx)
 		cancel()
 		if err == nil {
