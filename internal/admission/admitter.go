@@ -614,7 +614,9 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	// status before it acks the work message, and the ack is what frees
 	// the slot the pass counts. So after a wake-up from a run's end, a
 	// pass that left jobs waiting and admitted none looks again the same
-	// way.
+	// way, but backing off up to the tick or 2s, whichever is less: a
+	// worker on a busy host can take longer than 64ms between the two,
+	// and with a long tick the job would wait for it.
 	var (
 		seenPokes, seenEnds int64
 		announced           bool // a job was announced that no pass has seen stored
@@ -641,7 +643,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 		switch {
 		case err != nil || (!announced && !ending):
 			announced, ending, backoff = false, false, 0
-		case backoff >= 64*time.Millisecond:
+		case backoff >= 64*time.Millisecond && (!ending || backoff >= min(a.cfg.Tick, 2*time.Second)):
 			announced, ending, backoff = false, false, 0 // the tick looks again
 		default:
 			backoff = max(2*backoff, time.Millisecond)

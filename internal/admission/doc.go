@@ -63,8 +63,10 @@
 // round: the worker publishes the terminal (or parked) status before it
 // acks the work message, and the ack is what frees the slot a pass
 // counts. So a pass after such a wake-up that leaves jobs waiting and
-// admits none looks again on the same schedule: under a tenant's cap the
-// next job starts about as soon as the previous one is acked.
+// admits none looks again on the same schedule, but doubling on up to the
+// tick or 2s, whichever is less (a worker on a busy host can take longer
+// than 64ms from one to the other): under a tenant's cap the next job
+// starts about as soon as the previous one is acked.
 //
 // # Fair share
 //
