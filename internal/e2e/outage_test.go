@@ -84,6 +84,7 @@ func TestNATSOutageLongerThanAckWait(t *testing.T) {
 	}
 	srv = natstest.Restart(t, srv)
 	f.Srv = srv
+	f.StopFirstOnCleanup(workers...)
 	// The first workers are still away: past AckWait every job goes to
 	// the new worker, whose claim comes first.
 	workers = append(workers, f.StartWorker(fleettest.WorkerOpts{Slots: len(ids)}))
@@ -236,16 +237,7 @@ func TestGroupedLinesSurviveAServerRestart(t *testing.T) {
 	defer cancel()
 	waitMsgs(t, ctx, f.JS, f.Names.QueryMsg("default", "fast-1"), 1000)
 	f.Srv = natstest.Restart(t, srv)
-	// Stop the fleet before the restarted server goes (cleanups run last
-	// first), or every stop waits out its timeouts.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = w.W.Stop(ctx)
-		_ = w.Journal.Stop(ctx)
-		_ = f.Arch.Stop(ctx)
-		_ = f.Disp.Stop(ctx)
-	})
+	f.StopFirstOnCleanup(w)
 
 	r := f.Follow("default", "fast-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)

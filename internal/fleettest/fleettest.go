@@ -265,6 +265,26 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	return b
 }
 
+// StopFirstOnCleanup registers, now, a cleanup that stops workers (and
+// their journals), the archiver and the dispatcher. Cleanups run last
+// registered first, so a test that restarted its server
+// (natstest.Restart registers the new server's shutdown after the fleet's
+// stops) calls it after the restart: the fleet then stops while the
+// server is still there, instead of every stop waiting out its timeout
+// against a server already gone (about 25 s). Stopping twice is harmless.
+func (f *Fleet) StopFirstOnCleanup(workers ...*Worker) {
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, w := range workers {
+			_ = w.W.Stop(ctx)
+			_ = w.Journal.Stop(ctx)
+		}
+		_ = f.Arch.Stop(ctx)
+		_ = f.Disp.Stop(ctx)
+	})
+}
+
 // WaitReady waits until w pulls.
 func WaitReady(t testing.TB, w *worker.Worker) {
 	t.Helper()
