@@ -297,11 +297,24 @@ func TestNATSStorageSurvivesANodeLoss(t *testing.T) {
 	c.Kill(node)
 	t.Logf("killed %s, the leader of %s", leader, objStream)
 
+	// Submitted as a producer does, again until acknowledged (the same
+	// Nats-Msg-Id): the killed node may also have led FLEET_JOBS, and a
+	// publish sent while it elects a new leader is never acknowledged.
 	var ids []string
 	for i := range 4 {
 		id := "nodeloss-" + strconv.Itoa(i)
 		ids = append(ids, id)
-		f.SubmitJSON("default", id, "/standin lines=3")
+		body, err := json.Marshal(protocol.Job{ID: id, Prompt: "/standin lines=3"})
+		require.NoError(t, err)
+		fleettest.Eventually(t, 2*time.Minute, func() bool {
+			m := nats.NewMsg(f.Names.JobSubject("default"))
+			m.Data = body
+			m.Header.Set(protocol.HeaderMsgID, id)
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := f.JS.PublishMsg(pctx, m)
+			return err == nil
+		}, id+" submitted")
 	}
 	for _, id := range ids {
 		fleettest.Eventually(t, 2*time.Minute, func() bool {
@@ -311,7 +324,11 @@ func TestNATSStorageSurvivesANodeLoss(t *testing.T) {
 		ev, err := storage.GetStatus(ctx, f.Status, "default", id)
 		require.NoError(t, err)
 		require.Equal(t, protocol.StateSucceeded, ev.State, id)
-		h := f.History("default", id)
+		var h fleettest.Run
+		fleettest.Eventually(t, time.Minute, func() bool {
+			h, err = f.TryHistory("default", id)
+			return err == nil && h.Final != nil
+		}, id+" history")
 		fleettest.RequireOneTerminal(t, h)
 		lines := fleettest.RequireContiguous(t, h)
 		require.Equal(t, string(fleettest.JoinLines(lines)), string(f.Transcript(f.Objects, "default", id)),
