@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/natsstore"
 	"github.com/agentfleet/agentfleet/pkg/storage/storagetest"
@@ -249,7 +250,14 @@ func TestWithReplicasRaisesAnExistingBucket(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx := t.Context()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	// Retried as the fleet's processes retry opening storage: a young
+	// cluster may not place a bucket yet ("no suitable peers").
+	retry := func(open func(ctx context.Context) error) {
+		t.Helper()
+		require.NoError(t, provision.Retry(ctx, open))
+	}
 	replicas := func(stream string) int {
 		t.Helper()
 		s, err := js.Stream(ctx, stream)
@@ -258,22 +266,30 @@ func TestWithReplicasRaisesAnExistingBucket(t *testing.T) {
 	}
 
 	// Made with one replica, one by an operator with their own history.
-	_, err = natsstore.NewKV(ctx, js, "ST")
-	require.NoError(t, err)
-	_, err = natsstore.NewObjects(ctx, js, "OB")
-	require.NoError(t, err)
-	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "OPS", History: 5, Storage: jetstream.FileStorage})
-	require.NoError(t, err)
+	retry(func(ctx context.Context) (err error) { _, err = natsstore.NewKV(ctx, js, "ST"); return err })
+	retry(func(ctx context.Context) (err error) { _, err = natsstore.NewObjects(ctx, js, "OB"); return err })
+	retry(func(ctx context.Context) (err error) {
+		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "OPS", History: 5, Storage: jetstream.FileStorage})
+		return err
+	})
 	for _, s := range []string{"KV_ST", "OBJ_OB", "KV_OB_NAMES", "KV_OPS"} {
 		require.Equal(t, 1, replicas(s), s)
 	}
 
-	_, err = natsstore.NewKV(ctx, js, "ST", natsstore.WithReplicas(3))
-	require.NoError(t, err)
-	ob, err := natsstore.NewObjects(ctx, js, "OB", natsstore.WithReplicas(3))
-	require.NoError(t, err)
-	ops, err := natsstore.NewKV(ctx, js, "OPS", natsstore.WithReplicas(3))
-	require.NoError(t, err)
+	var ob *natsstore.Objects
+	var ops *natsstore.KV
+	retry(func(ctx context.Context) (err error) {
+		_, err = natsstore.NewKV(ctx, js, "ST", natsstore.WithReplicas(3))
+		return err
+	})
+	retry(func(ctx context.Context) (err error) {
+		ob, err = natsstore.NewObjects(ctx, js, "OB", natsstore.WithReplicas(3))
+		return err
+	})
+	retry(func(ctx context.Context) (err error) {
+		ops, err = natsstore.NewKV(ctx, js, "OPS", natsstore.WithReplicas(3))
+		return err
+	})
 	for _, s := range []string{"KV_ST", "OBJ_OB", "KV_OB_NAMES", "KV_OPS"} {
 		require.Equal(t, 3, replicas(s), "%s is raised to 3 replicas", s)
 	}
@@ -294,7 +310,9 @@ func TestWithReplicasRaisesAnExistingBucket(t *testing.T) {
 	require.Equal(t, 3, replicas("OBJ_OB"), "never lowered")
 
 	// A new bucket is made with the replicas asked for.
-	_, err = natsstore.NewKV(ctx, js, "NEW", natsstore.WithReplicas(3))
-	require.NoError(t, err)
+	retry(func(ctx context.Context) (err error) {
+		_, err = natsstore.NewKV(ctx, js, "NEW", natsstore.WithReplicas(3))
+		return err
+	})
 	require.Equal(t, 3, replicas("KV_NEW"))
 }
