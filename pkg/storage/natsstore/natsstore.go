@@ -78,38 +78,25 @@ func raiseReplicas(ctx context.Context, js jetstream.JetStream, stream string, o
 	}
 	// The stream has no leader for a moment while its new peers join; a
 	// write sent then gets no acknowledgement and waits out its deadline.
-	// So the bucket is handed out once it has a leader and every new peer
-	// has caught up (the server has no event to wait on for this).
+	// So the bucket is handed out once its new group has a leader (the
+	// server has no event to wait on for this). Its peers need not all be
+	// current: a node may be down, and a leader stores with a quorum.
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		info, err := s.Info(ctx)
-		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && caughtUp(info.Cluster.Replicas, o.replicas-1) {
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) >= o.replicas-1 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			if err == nil {
-				err = errors.New("no leader with every replica current yet")
+				err = errors.New("no leader of the new replicas yet")
 			}
 			return fmt.Errorf("raising %s to %d replicas: %w: %w", stream, o.replicas, ctx.Err(), err)
 		case <-tick.C:
 		}
 	}
-}
-
-// caughtUp reports whether there are n peers besides the leader, each
-// current.
-func caughtUp(peers []*jetstream.PeerInfo, n int) bool {
-	if len(peers) < n {
-		return false
-	}
-	for _, p := range peers {
-		if !p.Current || p.Offline {
-			return false
-		}
-	}
-	return true
 }
 
 // begin validates key and checks ctx before any I/O.
