@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -118,6 +119,11 @@ func (q *query) readBase(ctx context.Context) func() (uint64, error) {
 				return nil
 			}
 			n, err := w.direct.Count(rctx, w.names.QueriesStream(), subject, 1)
+			if errors.Is(err, directget.ErrNoDirect) {
+				// Not a stream `dispatcher serve` provisioned (it allows
+				// direct gets): continue after the last line, as before.
+				return nil
+			}
 			scan = n != base
 			return err
 		})
