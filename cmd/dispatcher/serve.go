@@ -49,7 +49,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	fs.DurationVar(&maxAge, "queries-max-age", 7*24*time.Hour, "how long per-query messages are kept for replay (env FLEET_QUERIES_MAX_AGE)")
 	fs.DurationVar(&ttl, "session-ttl", 7*24*time.Hour, "a session parked for longer ends as succeeded (env FLEET_SESSION_TTL)")
 	pprofserve.AddFlag(fs, &pprofAddr)
-	fs.IntVar(&reps, "replicas", 1, "stream replicas (3 on a cluster) (env FLEET_REPLICAS)")
+	fs.IntVar(&reps, "replicas", 1, "replicas of the streams and of nats:// storage buckets (3 on a cluster) (env FLEET_REPLICAS)")
 	fs.IntVar(&workerSlots, "worker-slots", 4, "slots of one worker, for the fleet_desired_workers metric (env FLEET_WORKER_SLOTS)")
 	fs.IntVar(&tenantDefaults.MaxRunning, "tenant-max-running", 0, "runs at once of a tenant without settings; 0 = only the fleet's cap (env FLEET_TENANT_MAX_RUNNING)")
 	fs.Float64Var(&tenantDefaults.Weight, "tenant-weight", 1, "fair-share weight of a tenant without settings (env FLEET_TENANT_WEIGHT)")
