@@ -2,7 +2,6 @@ package archiver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -40,7 +39,6 @@ const directLines = 256
 // from them; the archiver uses it, and a worker's journal merges the
 // chunks it stores late through it.
 type Reader struct {
-	nc    *nats.Conn
 	names protocol.Names
 	store storage.Store
 	mux   *directget.Mux // the batched gets' replies, on one subscription
@@ -52,7 +50,7 @@ type Reader struct {
 
 // NewReader returns a Reader.
 func NewReader(nc *nats.Conn, names protocol.Names, store storage.Store) *Reader {
-	return &Reader{nc: nc, names: names, store: store, mux: directget.New(nc)}
+	return &Reader{names: names, store: store, mux: directget.New(nc)}
 }
 
 // Lines reads every .msg line of the query from the stream, with batched
@@ -109,41 +107,13 @@ func (r *Reader) Lines(ctx context.Context, tenant, id string) (lines []storage.
 // one batched direct get, handing each to add; more says the subject has
 // lines after the last one read (at stream sequence last).
 func (r *Reader) page(ctx context.Context, subj string, from uint64, batch int, add func(nats.Header, []byte) error) (more bool, last uint64, err error) {
-	inbox, replies, done, err := r.mux.Open(batch + 1)
+	more, last, err = r.mux.Page(ctx, r.names.QueriesStream(), subj, from, batch, 0, func(m *nats.Msg, _ uint64) error {
+		return add(m.Header, m.Data)
+	})
 	if err != nil {
 		return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, err)
 	}
-	defer done()
-	req, _ := json.Marshal(struct {
-		Seq   uint64 `json:"seq,omitempty"`
-		Next  string `json:"next_by_subj"`
-		Batch int    `json:"batch"`
-	}{from, subj, batch})
-	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET."+r.names.QueriesStream(), inbox, req); err != nil {
-		return false, 0, err
-	}
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-replies:
-		case <-ctx.Done():
-			return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, ctx.Err())
-		}
-		switch st := m.Header.Get("Status"); st {
-		case "":
-		case "404":
-			return false, last, nil // nothing (more) on the subject
-		case "204": // end of batch
-			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			return pending > 0 && last > 0, last, nil
-		default:
-			return false, 0, fmt.Errorf("archiver: reading %s: status %s %s", subj, st, m.Header.Get("Description"))
-		}
-		last, _ = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-		if err := add(m.Header, m.Data); err != nil {
-			return false, 0, err
-		}
-	}
+	return more, last, nil
 }
 
 // createTimeout bounds the read-back consumer's create.

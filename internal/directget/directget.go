@@ -56,10 +56,10 @@ func (x *Mux) Subscribe() error {
 	return x.err
 }
 
-// Open registers a reply subject whose messages go to a channel with room
+// open registers a reply subject whose messages go to a channel with room
 // for n of them (the most a get asks for, with its end marker: replies
 // beyond that are not the get's and are dropped). done unregisters it.
-func (x *Mux) Open(n int) (subject string, replies <-chan *nats.Msg, done func(), err error) {
+func (x *Mux) open(n int) (subject string, replies <-chan *nats.Msg, done func(), err error) {
 	if err := x.Subscribe(); err != nil {
 		return "", nil, nil, err
 	}
@@ -93,7 +93,11 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 		MultiLast []string `json:"multi_last"`
 		Batch     int      `json:"batch"`
 	}{subjects, len(subjects)}
-	_, err := x.get(ctx, stream, req, len(subjects), func(m *jetstream.RawStreamMsg) (bool, error) {
+	_, err := x.get(ctx, stream, req, len(subjects), func(msg *nats.Msg) (bool, error) {
+		m, err := RawMsg(msg)
+		if err != nil {
+			return false, err
+		}
 		i, ok := at[m.Subject]
 		if !ok {
 			return false, fmt.Errorf("a message on %q, which was not asked for", m.Subject)
@@ -108,11 +112,11 @@ func (x *Mux) LastMsgs(ctx context.Context, stream string, subjects []string) ([
 }
 
 // get sends one direct get req to stream whose answer is up to n messages
-// and an end marker, and hands each message to add until add says no more
-// or errs. It returns the end marker of a batch (its headers say how many
+// and an end marker, and hands each message (as received: RawMsg reads
+// it) to add until add says no more or errs. It returns the end marker of a batch (its headers say how many
 // more match), nil when the answer was "none" or add stopped first.
 // ErrNoDirect: nothing answers direct gets of stream.
-func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*jetstream.RawStreamMsg) (more bool, err error)) (end *nats.Msg, err error) {
+func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*nats.Msg) (more bool, err error)) (end *nats.Msg, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // ended already: ask nothing (a reply could otherwise win the wait below)
 	}
@@ -120,7 +124,7 @@ func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*
 	if err != nil {
 		return nil, err
 	}
-	inbox, replies, done, err := x.Open(n + 1)
+	inbox, replies, done, err := x.open(n + 1)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +150,7 @@ func (x *Mux) get(ctx context.Context, stream string, req any, n int, add func(*
 		default:
 			return nil, fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
 		}
-		rm, err := RawMsg(m)
-		if err != nil {
-			return nil, err
-		}
-		if more, err := add(rm); err != nil || !more {
+		if more, err := add(m); err != nil || !more {
 			return nil, err
 		}
 	}
@@ -196,7 +196,7 @@ func (x *Mux) Count(ctx context.Context, stream, subject string, from uint64) (u
 		MaxBytes int    `json:"max_bytes"`
 	}{max(from, 1), subject, 1, 1}
 	var n uint64
-	end, err := x.get(ctx, stream, req, 1, func(*jetstream.RawStreamMsg) (bool, error) {
+	end, err := x.get(ctx, stream, req, 1, func(*nats.Msg) (bool, error) {
 		n = 1 // the first message at or after from
 		return true, nil
 	})
@@ -210,41 +210,65 @@ func (x *Mux) Count(ctx context.Context, stream, subject string, from uint64) (u
 	return n + pending, nil
 }
 
+// Page reads up to batch messages on subject (a literal subject) at or
+// after sequence from with one batched direct get (at most maxBytes of
+// them; 0: the server's limit) and hands each to fn, as received, with its
+// stream sequence: nothing else of it is parsed, for readers of whole
+// transcripts. more says the subject holds messages after the last one
+// handed (at sequence last). fn's error stops it and is returned. ctx
+// bounds the wait, as for LastMsgs.
+func (x *Mux) Page(ctx context.Context, stream, subject string, from uint64, batch, maxBytes int, fn func(m *nats.Msg, seq uint64) error) (more bool, last uint64, err error) {
+	req := struct {
+		Seq      uint64 `json:"seq,omitempty"`
+		NextFor  string `json:"next_by_subj"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes,omitempty"`
+	}{from, subject, batch, maxBytes}
+	got, next := 0, from
+	end, err := x.get(ctx, stream, req, batch, func(m *nats.Msg) (bool, error) {
+		seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return false, fmt.Errorf("bad %s: %w", jetstream.SequenceHeader, err)
+		}
+		if subj := lastValue(m.Header, jetstream.SubjectHeader); subj != subject || seq < next {
+			return false, fmt.Errorf("a message on %q at %d, asked for %q from %d", subj, seq, subject, next)
+		}
+		got, last, next = got+1, seq, seq+1
+		return true, fn(m, seq)
+	})
+	if err != nil {
+		return false, 0, fmt.Errorf("directget: messages on %s in %s: %w", subject, stream, err)
+	}
+	if end == nil || got == 0 {
+		return false, last, nil // none (left)
+	}
+	pending, err := strconv.ParseUint(end.Header.Get("Nats-Num-Pending"), 10, 64)
+	if err != nil {
+		return false, 0, fmt.Errorf("directget: messages on %s in %s: bad Nats-Num-Pending: %w", subject, stream, err)
+	}
+	return pending > 0, last, nil
+}
+
 // Each hands every message stream holds on subject (a literal subject) at
-// or after sequence from to fn, in stream order, with batched direct gets
-// of up to batch messages (at most max_bytes of them at once, so large
-// messages come a few at a time). A message stored while it runs may or
-// may not be handed over. fn's error stops it and is returned. ctx bounds
-// the whole read, as for LastMsgs.
+// or after sequence from to fn, in stream order, a Page of up to 256
+// messages (at most 4 MiB, so large messages come a few at a time) after
+// another. A message stored while it runs may or may not be handed over.
+// fn's error stops it and is returned. ctx bounds the whole read, as for
+// LastMsgs.
 func (x *Mux) Each(ctx context.Context, stream, subject string, from uint64, fn func(*jetstream.RawStreamMsg) error) error {
 	const batch, maxBytes = 256, 4 << 20
 	from = max(from, 1)
 	for {
-		req := struct {
-			Seq      uint64 `json:"seq"`
-			NextFor  string `json:"next_by_subj"`
-			Batch    int    `json:"batch"`
-			MaxBytes int    `json:"max_bytes"`
-		}{from, subject, batch, maxBytes}
-		got := 0
-		end, err := x.get(ctx, stream, req, batch, func(m *jetstream.RawStreamMsg) (bool, error) {
-			if m.Subject != subject || m.Sequence < from {
-				return false, fmt.Errorf("a message on %q at %d, asked for %q from %d", m.Subject, m.Sequence, subject, from)
+		more, last, err := x.Page(ctx, stream, subject, from, batch, maxBytes, func(m *nats.Msg, _ uint64) error {
+			rm, err := RawMsg(m)
+			if err != nil {
+				return err
 			}
-			got++
-			from = m.Sequence + 1
-			return true, fn(m)
+			return fn(rm)
 		})
-		switch {
-		case err != nil:
-			return fmt.Errorf("directget: messages on %s in %s: %w", subject, stream, err)
-		case end == nil:
-			return nil // none left
-		case got == 0:
-			return fmt.Errorf("directget: messages on %s in %s: an empty batch", subject, stream)
+		if err != nil || !more {
+			return err
 		}
-		if end.Header.Get("Nats-Num-Pending") == "0" {
-			return nil
-		}
+		from = last + 1
 	}
 }

@@ -7,7 +7,7 @@
 // no SUB and UNSUB per get (each one costs the server a subscription
 // change), and no per-get subscription sized for a slow consumer.
 //
-// The archiver reads transcripts with batched gets (Open); the worker reads a
+// The archiver reads transcripts with batched gets (Page); the worker reads a
 // query's last status and control message in one multi-last get when it
 // claims a query (package fence), counts a group of lines it relayed
 // (Count), and counts a query's lines when it continues one, reading them
