@@ -202,11 +202,7 @@ func TestReaderFallsBackToDirectGets(t *testing.T) {
 // Reader gets every line and leaves no consumer behind.
 func TestReaderLongTranscriptOnACluster(t *testing.T) {
 	c := natstest.RunCluster(t, natstest.ClusterOptions(t, 3))
-	nc, err := nats.Connect(c.URLs())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := c.Connect(t)
 	f := fillReaderFixture(t, nc, js, 1200, func(c *jetstream.StreamConfig) { c.Replicas = 3 })
 	created := count(t, f.nc, "$JS.EVENT.ADVISORY.CONSUMER.CREATED."+f.stream+".*")
 	// A replica answering a direct get may not have the last lines yet:

@@ -242,10 +242,7 @@ func failover(t testing.TB, rounds int) map[string][]time.Duration {
 func TestNATSStorageSurvivesANodeLoss(t *testing.T) {
 	c := natstest.RunCluster(t, natstest.ClusterOptions(t, 3))
 	connect := func(t testing.TB, _ string) *nats.Conn {
-		nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1),
-			nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
+		nc, _ := c.Connect(t, nats.RetryOnFailedConnect(true))
 		return nc
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

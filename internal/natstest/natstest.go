@@ -93,12 +93,18 @@ func start(t testing.TB, o *server.Options) *server.Server {
 // is closed in t.Cleanup.
 func Connect(t testing.TB, srv *server.Server, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
+	return connect(t, srv.ClientURL(), opts)
+}
+
+// connect is Connect to urls (comma-separated).
+func connect(t testing.TB, urls string, opts []nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	all := append([]nats.Option{
 		nats.Name(t.Name()),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(50 * time.Millisecond),
 	}, opts...)
-	nc, err := nats.Connect(srv.ClientURL(), all...)
+	nc, err := nats.Connect(urls, all...)
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
 	}
@@ -287,6 +293,14 @@ func (c *Cluster) URLs() string {
 		urls = append(urls, "nats://"+net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
 	}
 	return strings.Join(urls, ",")
+}
+
+// Connect opens a client connection to every node (URLs) that reconnects
+// forever, as Connect does for one server, and returns it with a
+// JetStream context. The connection is closed in t.Cleanup.
+func (c *Cluster) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	return connect(t, c.URLs(), opts)
 }
 
 // Servers are the current servers, node 1 first.

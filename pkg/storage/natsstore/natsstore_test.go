@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -245,11 +244,7 @@ func TestObjectsNameIndex(t *testing.T) {
 func TestWithReplicasRaisesAnExistingBucket(t *testing.T) {
 	t.Parallel()
 	c := natstest.RunCluster(t, natstest.ClusterOptions(t, 3))
-	nc, err := nats.Connect(c.URLs())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := c.Connect(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	// Retried as the fleet's processes retry opening storage: a young
