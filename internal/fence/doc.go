@@ -60,7 +60,10 @@
 // Decide maps the last status of a query to what an attempt may do:
 // Proceed (nothing, a queued status, an earlier attempt's or an earlier
 // submission's status, or the attempt's own), Finished (a terminal status
-// of the same submission: ack the job, run nothing) or Superseded (a later
-// attempt of the same submission, or a newer submission of the same id:
-// stop, leave the job message alone).
+// of the same submission: ack the job, run nothing), Superseded (a later
+// attempt of the same submission: stop, leave the job message to it) or
+// Replaced (a newer submission of the same id: stop, and terminate the job
+// message, since no attempt of this submission will ever run; left alone,
+// it would be redelivered until max deliveries dead-lettered a query that
+// ran).
 package fence

@@ -35,9 +35,14 @@ const (
 	// Finished: the submission already has its terminal status. Ack the
 	// job; write nothing.
 	Finished
-	// Superseded: a later attempt of the submission, or a newer submission
-	// of the same id, owns the query. Stop; write nothing more.
+	// Superseded: a later attempt of the same submission owns the query.
+	// Stop; write nothing more; leave the job message to that attempt.
 	Superseded
+	// Replaced: a newer submission of the same id owns the query. Stop;
+	// write nothing more. No attempt of this submission may run again, so
+	// its job message is terminated rather than left to be redelivered
+	// (and dead-lettered after max deliveries).
+	Replaced
 )
 
 func (v Verdict) String() string {
@@ -48,6 +53,8 @@ func (v Verdict) String() string {
 		return "finished"
 	case Superseded:
 		return "superseded"
+	case Replaced:
+		return "replaced"
 	}
 	return fmt.Sprintf("verdict(%d)", int(v))
 }
@@ -61,7 +68,7 @@ func Decide(last *protocol.StatusEvent, me Owner) Verdict {
 	}
 	switch {
 	case last.JobSeq != 0 && last.JobSeq > me.JobSeq:
-		return Superseded
+		return Replaced
 	case last.JobSeq != 0 && last.JobSeq < me.JobSeq:
 		// An earlier submission's status, terminal or not: a new
 		// submission starts over (its claim fences a zombie of the old).

@@ -38,7 +38,8 @@ func TestDecide(t *testing.T) {
 		{"terminal without job seq", ev(protocol.StateCancelled, 0, 1, "w0"), fence.Finished},
 		{"a later attempt", ev(protocol.StateRetrying, 10, 3, "w2"), fence.Superseded},
 		{"the same attempt, someone else", ev(protocol.StateRunning, 10, 2, "w9"), fence.Superseded},
-		{"a newer submission", ev(protocol.StateQueued, 11, 0, ""), fence.Superseded},
+		{"a newer submission", ev(protocol.StateQueued, 11, 0, ""), fence.Replaced},
+		{"a newer submission running", ev(protocol.StateRunning, 11, 1, "w3"), fence.Replaced},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -303,3 +303,36 @@ func (w *Worker) queriesStream(ctx context.Context) (jetstream.Stream, error) {
 	w.mu.Unlock()
 	return st, nil
 }
+
+// replacedReason is the term reason of a job a newer submission replaced.
+const replacedReason = "replaced by a newer submission of the same id"
+
+// stepAside ends a run that another writer owns (v: the verdict, or
+// Proceed when only "fenced" is known and the stream must be asked). A
+// later attempt of the same submission owns the job message too: it is left
+// alone. A newer submission of the same id does not: this submission will
+// never run again, so its message is terminated at once instead of being
+// redelivered until max deliveries dead-letters a query that ran (the
+// redelivery's claim would come to the same verdict; this frees the slot
+// now).
+func (q *query) stepAside(v fence.Verdict, while string) {
+	w := q.w
+	if v == fence.Proceed && q.fw != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.PublishTimeout)
+		rv, err := q.fw.Recheck(ctx)
+		cancel()
+		if err == nil {
+			v = rv
+		}
+	}
+	if v != fence.Replaced {
+		w.metrics.jobs.WithLabelValues("fenced").Inc()
+		q.log.Warn().Str("verdict", v.String()).Msg("a later attempt owns the query (" + while + "); leaving the job to it")
+		return
+	}
+	w.metrics.jobs.WithLabelValues("replaced").Inc()
+	q.log.Warn().Msg("a newer submission of the same id owns the query (" + while + "); terminating this one")
+	if err := q.msg.TermWithReason(replacedReason); err != nil {
+		q.log.Warn().Err(err).Msg("terminating the replaced job; its redelivery will")
+	}
+}

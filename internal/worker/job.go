@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
@@ -160,6 +161,9 @@ type query struct {
 	attempt int
 	log     zerolog.Logger
 	fenced  atomic.Bool
+	// fencedV is the verdict that fenced the run, when the code that saw
+	// it knew it (setFenced); Proceed when only the relay's refusal did.
+	fencedV atomic.Int32
 	// artifact and wsStatus are a workspace job's capture (workspace.go).
 	artifact *protocol.Artifact
 	wsStatus *protocol.WorkspaceStatus
@@ -208,15 +212,14 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 		q.ack(ctx)
 		w.metrics.jobs.WithLabelValues("duplicate").Inc()
 		return
-	case verdict == fence.Superseded:
-		w.metrics.jobs.WithLabelValues("fenced").Inc()
-		q.log.Warn().Msg("a later attempt or a newer submission owns this query; not running it")
+	case verdict != fence.Proceed:
+		q.stepAside(verdict, "at the claim")
 		return
 	}
 	cancelStart()
 	q.claimed.Store(true)
 
-	jl, err := w.cfg.Journal.Open(job.Tenant, job.ID, q.attempt)
+	jl, err := q.openJournal(ctx)
 	if err != nil {
 		if !cancelled {
 			q.discardSandbox(sbReady)
@@ -300,8 +303,7 @@ func (q *query) finish(rel *relay, jl journalCloser, out agent.Outcome, runErr e
 	case outcomeFenced:
 		rel.shutdown() // publishes nothing more; the journal has it all
 		_ = jl.Close(false)
-		w.metrics.jobs.WithLabelValues("fenced").Inc()
-		q.log.Warn().Msg("a later attempt took over this query; this run stopped relaying")
+		q.stepAside(q.fencedBy(), "this run stopped relaying")
 	case outcomeHandback:
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_ = rel.flush(fctx) // what was relayed so far; the journal has it all anyway
@@ -323,6 +325,35 @@ func (q *query) finish(rel *relay, jl journalCloser, out agent.Outcome, runErr e
 	}
 }
 
+// openJournal opens the attempt's journal log. A log of the same query and
+// attempt number is still open on this worker only while an older
+// submission of the same id runs here (a resubmission after the dedupe
+// window): this run's claim has fenced it, so it is told to stop at once,
+// and its log is waited for, up to ClaimTimeout, instead of handing this
+// job back to run again as a spurious next attempt.
+func (q *query) openJournal(ctx context.Context) (*journal.Log, error) {
+	w, job := q.w, q.job
+	deadline := time.Now().Add(w.cfg.ClaimTimeout)
+	backoff := 10 * time.Millisecond
+	for {
+		jl, err := w.cfg.Journal.Open(job.Tenant, job.ID, q.attempt)
+		if !errors.Is(err, journal.ErrExists) || time.Now().After(deadline) {
+			return jl, err
+		}
+		for _, r := range w.active.of(job.Tenant, job.ID) {
+			if r != q && r.jobSeq() < q.jobSeq() && !r.fenced.Load() {
+				r.log.Warn().Msg("a newer submission of the same id claimed the query on this worker; stopping this run")
+				r.setFenced(fence.Replaced)
+				r.cancelRun(agent.ErrHandback)
+			}
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
 // journalCloser is what finish needs of a journal log.
 type journalCloser interface {
 	Close(final bool) error
@@ -341,8 +372,7 @@ func (q *query) flushed(ctx context.Context, rel *relay, jl journalCloser, while
 	}
 	_ = jl.Close(false)
 	if errors.Is(err, errFenced) {
-		q.w.metrics.jobs.WithLabelValues("fenced").Inc()
-		q.log.Warn().Msg("fenced while " + while + ": a later attempt or another writer owns the query")
+		q.stepAside(q.fencedBy(), "fenced while "+while)
 		return false
 	}
 	q.retry(fmt.Errorf("not every line reached the stream: %w", err), "")
@@ -375,9 +405,8 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 		// (and acks the job without running it if it is).
 		q.retry(fmt.Errorf("publishing the terminal status: %w", err), "")
 		return
-	case v == fence.Superseded:
-		w.metrics.jobs.WithLabelValues("fenced").Inc()
-		q.log.Warn().Msg("fenced before the terminal status: a later attempt owns the query")
+	case v == fence.Superseded || v == fence.Replaced:
+		q.stepAside(v, "before the terminal status")
 		return
 	case v == fence.Finished:
 		q.log.Warn().Msg("another writer ended the query first; acking")
@@ -537,9 +566,19 @@ func (q *query) status(ev protocol.StatusEvent) {
 	case err != nil:
 		q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
 	case v != fence.Proceed:
-		q.fenced.Store(true)
+		q.setFenced(v)
 	}
 }
+
+// setFenced marks the run fenced by verdict v.
+func (q *query) setFenced(v fence.Verdict) {
+	q.fencedV.Store(int32(v))
+	q.fenced.Store(true)
+}
+
+// fencedBy is the verdict that fenced the run (Proceed: not known; see
+// stepAside).
+func (q *query) fencedBy() fence.Verdict { return fence.Verdict(q.fencedV.Load()) }
 
 func sandboxID(job *protocol.Job, msgSeq uint64, attempt int) string {
 	// The work message's sequence makes the name unique per run: a

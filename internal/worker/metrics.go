@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer, slots int, backlog func() (lines, byt
 	m := &Metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_worker_jobs_total",
-			Help: "Jobs handled, by outcome (succeeded, failed, cancelled, invalid, retried, handed_back, fenced).",
+			Help: "Jobs handled, by outcome (succeeded, failed, cancelled, invalid, retried, handed_back, fenced, replaced, duplicate).",
 		}, []string{"outcome"}),
 		runDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fleet_worker_run_duration_seconds",

@@ -140,7 +140,7 @@ func (w *Worker) heartbeats(ctx context.Context) {
 				cancel()
 				if err == nil && v != fence.Proceed {
 					q.log.Warn().Str("verdict", v.String()).Msg("a later attempt or another writer owns the query; stopping this run")
-					q.fenced.Store(true)
+					q.setFenced(v)
 					q.cancelRun(agent.ErrHandback)
 				}
 			})

@@ -633,8 +633,7 @@ func (q *query) park(rel *relay, jl journalCloser) {
 		q.retry(fmt.Errorf("publishing the parked status: %w", err), "")
 		return
 	case v != fence.Proceed:
-		w.metrics.jobs.WithLabelValues("fenced").Inc()
-		q.log.Warn().Msg("fenced before the parked status")
+		q.stepAside(v, "before the parked status")
 		return
 	}
 	q.ack(context.Background())

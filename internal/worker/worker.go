@@ -31,8 +31,8 @@
 // # Starting a run
 //
 // The sandbox is made while the claim is in flight (nobody else can see
-// it; it is destroyed if the claim says Finished or Superseded or a cancel
-// is on record): the agent starts only once the claim is stored, so no
+// it; it is destroyed if the claim says Finished, Superseded or Replaced,
+// or a cancel is on record): the agent starts only once the claim is stored, so no
 // agent runs for an attempt that does not own the query. The read of the
 // last Fleet-Seq, which must come after the claim, runs while the sandbox
 // finishes and the agent starts; the first line waits for it. Before the
@@ -62,7 +62,8 @@
 // ClaimTimeout (a worker that cannot reach the streams hands the job back
 // rather than hold it). A claim that finds the submission's terminal
 // status acks the job without running it; one that finds a later attempt
-// leaves the message alone.
+// leaves the message alone, and one that finds a newer submission of the
+// same id terminates it (it will never run).
 //
 //   - terminal outcome (the agent's result, or a synthetic one): every line
 //     of the attempt is stored in the stream (or the job is handed back),
@@ -80,7 +81,9 @@
 //   - fenced: a later attempt of the same query claimed it (or another
 //     writer ended it). The server refuses this run's next line or status;
 //     a status subscription usually tells it sooner. It stops relaying and
-//     leaves the message alone.
+//     leaves the message alone; if a newer submission of the same id is
+//     what fenced it (fence.Replaced), it terminates the message instead,
+//     so that it is neither redelivered nor dead-lettered (stepAside).
 //
 // # NATS faults
 //
