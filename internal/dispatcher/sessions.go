@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/session"
@@ -116,26 +117,71 @@ func (s *Service) expireParked(ctx context.Context, ttl time.Duration) {
 		if json.Unmarshal(raw.Data, &last) != nil || last.State != protocol.StateParked || time.Since(last.At) < ttl {
 			continue
 		}
-		end := last
-		end.State, end.At, end.Worker = protocol.StateSucceeded, time.Now().UTC(), ""
-		end.CtlSeq = 0
-		end.Result = &protocol.ResultSummary{SessionID: last.ClaudeSessionID, LastSeq: resultSeq(last)}
-		b, err := json.Marshal(end)
-		if err != nil {
-			continue
-		}
-		m := nats.NewMsg(subj)
-		m.Data = b
-		m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(raw.Sequence))
-		if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		if _, err := s.endParked(ctx, raw, last, protocol.StateSucceeded, nil); err != nil {
 			continue // resumed meanwhile (the compare-and-set failed), or NATS trouble: next sweep
-		}
-		if err := storage.AssembleTranscript(ctx, s.cfg.Objects, ev.Tenant, ev.ID); err != nil {
-			s.log.Warn().Err(err).Str("query_id", ev.ID).Msg("assembling an expired session's transcript")
 		}
 		s.log.Info().Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("parked session expired (--session-ttl)")
 	}
+}
+
+// endParked ends a parked session with state: a compare-and-set on its
+// parked status (raw, decoded as last), so a session resumed meanwhile is
+// left alone. The stream already ends with the last turn's result line.
+func (s *Service) endParked(ctx context.Context, raw *jetstream.RawStreamMsg, last protocol.StatusEvent, state protocol.State, why *protocol.ErrorInfo) (*protocol.StatusEvent, error) {
+	end := last
+	end.State, end.At, end.Worker, end.Error = state, time.Now().UTC(), "", why
+	end.CtlSeq = 0
+	end.Result = &protocol.ResultSummary{SessionID: last.ClaudeSessionID, LastSeq: resultSeq(last)}
+	b, err := json.Marshal(end)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(raw.Subject)
+	m.Data = b
+	m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(raw.Sequence))
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return nil, err
+	}
+	// Chunks exist only where a journal stored lines that never reached
+	// the stream; the archiver writes the transcript from the stream.
+	if err := storage.AssembleTranscript(ctx, s.cfg.Objects, last.Tenant, last.ID); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		s.log.Warn().Err(err).Str("query_id", last.ID).Msg("assembling an ended session's transcript")
+	}
+	return &end, nil
+}
+
+// cancelParked ends ref as cancelled if its last status is parked (SPEC 9:
+// cancel ends a session as cancelled, parked or not; no worker holds a
+// parked one to see the cancel). It returns the status it wrote, or nil
+// when the query is not parked (or was resumed meanwhile: the worker that
+// runs the continuation has the cancel on record).
+func (s *Service) cancelParked(ctx context.Context, tenant, id string) (*protocol.StatusEvent, error) {
+	st, err := s.js.Stream(ctx, s.names.QueriesStream())
+	if err != nil {
+		return nil, err
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, s.names.QueryStatus(tenant, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var last protocol.StatusEvent
+	if json.Unmarshal(raw.Data, &last) != nil || last.State != protocol.StateParked {
+		return nil, nil
+	}
+	end, err := s.endParked(ctx, raw, last, protocol.StateCancelled, &protocol.ErrorInfo{
+		Code: protocol.CodeCancelled, Message: "dispatcher: the session was cancelled while parked"})
+	if fence.WrongLastSequence(err) {
+		return nil, nil // resumed or ended meanwhile
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("tenant", tenant).Str("query_id", id).Msg("parked session cancelled")
+	return end, nil
 }
 
 func resultSeq(ev protocol.StatusEvent) uint64 {
@@ -204,11 +250,18 @@ func (s *Service) sessionEvent(m jetstream.Msg) {
 	switch kind {
 	case "ctl":
 		op, derr := protocol.DecodeCtlOp(m.Headers().Get(protocol.HeaderContentType), m.Data())
-		if derr != nil || (op.Op != protocol.OpInput && op.Op != protocol.OpEnd) {
+		switch {
+		case derr != nil:
+			_ = m.Ack()
+			return
+		case op.Op == protocol.OpCancel:
+			_, err = s.cancelParked(ctx, tenant, id)
+		case op.Op == protocol.OpInput || op.Op == protocol.OpEnd:
+			err = s.resumeIfParked(ctx, tenant, id)
+		default:
 			_ = m.Ack()
 			return
 		}
-		err = s.resumeIfParked(ctx, tenant, id)
 	case "status":
 		var ev protocol.StatusEvent
 		if json.Unmarshal(m.Data(), &ev) != nil || ev.State != protocol.StateParked {

@@ -45,6 +45,15 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 	}
 	q.fw.Use(status)
 	cancelled = q.cancelIn(ctl)
+	if job.Session != nil && job.Session.Continuation && status != nil {
+		// A continuation resumes a parked session. One that ended while
+		// the continuation waited (cancelled, expired: the dispatcher ends
+		// a parked session itself) has nothing to resume: ack, run nothing.
+		var last protocol.StatusEvent
+		if json.Unmarshal(status.Data, &last) == nil && last.State.Terminal() {
+			return nil, false, fence.Finished, nil
+		}
+	}
 	switch {
 	case q.attempt > 1:
 		// Announces the new attempt before anything else.

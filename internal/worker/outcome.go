@@ -38,6 +38,13 @@ func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
 // terminalStatus maps a run's outcome to its terminal status event.
 func terminalStatus(out agent.Outcome) protocol.StatusEvent {
 	r := out.Result
+	if r == nil {
+		// Not a path the runner takes (a run without a result was handed
+		// back); should one appear, the query fails saying so instead of
+		// the worker crashing on every delivery of the job.
+		return protocol.StatusEvent{State: protocol.StateFailed, Result: &protocol.ResultSummary{IsError: true},
+			Error: &protocol.ErrorInfo{Code: protocol.CodeInternal, Message: "worker: the run ended without a result"}}
+	}
 	sum := &protocol.ResultSummary{
 		Subtype: r.Subtype, IsError: r.IsError, NumTurns: r.NumTurns, DurationMS: r.DurationMS,
 		TotalCostUSD: r.TotalCostUSD, SessionID: r.SessionID, Errors: r.Errors, Usage: r.Usage,

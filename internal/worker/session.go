@@ -244,6 +244,13 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 		if running == nil && endAsked {
 			r.ended = true
 			r.closeAndCheckpoint(ctx, s)
+			if last.Result == nil {
+				// A continuation that only ends the session ran no turn:
+				// the session's last result line is already in the
+				// stream (the turn before it parked).
+				last = agent.Outcome{Result: &protocol.Result{
+					Subtype: "success", NumTurns: r.turns, SessionID: r.cp.ClaudeSessionID}}
+			}
 			return last, nil
 		}
 		if running == nil && !idleArmed {
