@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -98,4 +99,29 @@ func replaceRunning(t *testing.T, f *fleettest.Fleet) {
 	di, err := dlq.Info(ctx)
 	require.NoError(t, err)
 	require.Zero(t, di.State.Msgs, "a replaced job is not dead-lettered")
+}
+
+// tail (and submit --follow) of an id submitted again after its earlier run
+// ended follow the new run to its ending and exit with its code. Before,
+// they stopped at the first terminal status they replayed, the earlier
+// run's, and exited with that run's code.
+func TestTailOfAResubmittedIDFollowsTheNewRun(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{DedupeWindow: time.Second})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	const id = "tail-again"
+	f.SubmitJSON("default", id, "/standin error=1")
+	require.Equal(t, protocol.StateFailed, f.Follow("default", id, wait).Final.State)
+
+	fleettest.Eventually(t, wait, func() bool {
+		rep, err := f.Client.Submit(ctx, protocol.Job{ID: id, Prompt: "/standin say=second_run"})
+		return err == nil && rep.Error == nil && !rep.Duplicate
+	}, "the resubmission stored")
+	code, out, errOut := runCLI(t, f.Srv.ClientURL(), "", "tail", id)
+	require.Equal(t, fleetcli.ExitOK, code, "the new run's code: %s\n%s", out, errOut)
+	require.Contains(t, out, "You asked: /standin say=second_run")
+	final := f.Follow("default", id, wait).Final
+	require.Equal(t, protocol.StateSucceeded, final.State)
 }

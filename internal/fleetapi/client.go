@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
+
+// readTimeout bounds Follow's read of the query's last status.
+const readTimeout = 10 * time.Second
 
 // ErrUnavailable means NATS or the dispatcher did not answer.
 var ErrUnavailable = errors.New("fleet: dispatcher unreachable")
@@ -107,10 +112,26 @@ type Follower struct {
 }
 
 // Follow replays a query from its first message (an ordered consumer on
-// FLEET_QUERIES), then follows it live until a terminal status arrives,
-// which it returns. With follow false it stops once it has caught up and
-// returns (nil, nil) if the query has not ended.
+// FLEET_QUERIES), then follows it live until a terminal status of its
+// latest submission arrives, which it returns. With follow false it stops
+// once it has caught up and returns (nil, nil) if the query has not ended.
+//
+// The latest submission is the one of the query's last status when Follow
+// starts (a submission through the dispatcher has its queued status by
+// then), or of a later status seen on the way: an id submitted again after
+// its earlier run ended replays that run's ending too, and is followed past
+// it to the new run's.
 func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f Follower) (*protocol.StatusEvent, error) {
+	var latest uint64
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	_, last, err := fence.LastStatus(rctx, c.NC, c.Names.QueriesStream(), c.Names.QueryStatus(tenant, id))
+	cancel()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
+	case last != nil:
+		latest = last.JobSeq
+	}
 	cons, err := jsconsumer.Ordered(ctx, c.JS, c.Names.QueriesStream(), c.Names.QueryAll(tenant, id))
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tail %s/%s: %w", tenant, id, err)
@@ -176,7 +197,8 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 				if f.Status != nil {
 					f.Status(ev)
 				}
-				if ev.State.Terminal() {
+				latest = max(latest, ev.JobSeq)
+				if ev.State.Terminal() && (ev.JobSeq == 0 || ev.JobSeq >= latest) {
 					return &ev, nil
 				}
 			}
