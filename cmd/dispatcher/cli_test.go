@@ -97,6 +97,15 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"status", "q1", "--log-level", "loud"},
 		{"status", "q1", "--timeout", "0s"},
 		{"frobnicate"},
+		// Values that can never work: a usage error at once, not a
+		// start that retries them forever or a zero taken as a default.
+		{"serve", "--ack-wait", "500ms"},
+		{"serve", "--replicas", "7"},
+		{"serve", "--queries-max-age", "-1h"},
+		{"serve", "--max-concurrency", "0"},
+		{"serve", "--max-deliver", "0"},
+		{"serve", "--admitter-lease", "0s"},
+		{"serve", "--rate-limit-pause", "-1s"},
 	} {
 		code, _, errOut := run(t, nowhere, args...)
 		require.Equal(t, fleetcli.ExitUsage, code, "%v: %s", args, errOut)

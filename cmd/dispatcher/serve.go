@@ -62,6 +62,10 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		fmt.Fprintln(stdio.Err, err)
 		return fleetcli.ExitUsage
 	}
+	if err := checkServeFlags(maxConc, maxDeliver, reps, ackWait, maxAge, ttl, leaseTTL, rlPause); err != nil {
+		fmt.Fprintln(stdio.Err, "dispatcher serve:", err)
+		return fleetcli.ExitUsage
+	}
 	log, err := config.Logger(common, stdio.Err)
 	if err != nil {
 		fmt.Fprintln(stdio.Err, err)
@@ -168,4 +172,29 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Warn().Err(err).Msg("stopping the dispatcher")
 	}
 	return 0
+}
+
+// checkServeFlags rejects values that can never work, at once and with a
+// usage error, instead of a start that retries them forever (they are not
+// a transient failure) or a zero that silently becomes a default.
+func checkServeFlags(maxConc, maxDeliver, reps int, ackWait, maxAge, ttl, leaseTTL, rlPause time.Duration) error {
+	switch {
+	case maxConc < 1:
+		return fmt.Errorf("--max-concurrency %d: must be at least 1", maxConc)
+	case maxDeliver < 1:
+		return fmt.Errorf("--max-deliver %d: must be at least 1", maxDeliver)
+	case reps < 1 || reps > 5:
+		return fmt.Errorf("--replicas %d: must be between 1 and 5", reps)
+	case ackWait < time.Second:
+		return fmt.Errorf("--ack-wait %s: must be at least 1s", ackWait)
+	case maxAge < time.Minute:
+		return fmt.Errorf("--queries-max-age %s: must be at least 1m (queries are replayed from it)", maxAge)
+	case ttl <= 0:
+		return fmt.Errorf("--session-ttl %s: must be positive", ttl)
+	case leaseTTL < time.Second:
+		return fmt.Errorf("--admitter-lease %s: must be at least 1s", leaseTTL)
+	case rlPause <= 0:
+		return fmt.Errorf("--rate-limit-pause %s: must be positive", rlPause)
+	}
+	return nil
 }
