@@ -109,12 +109,16 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, 
 	}
 	for range 5 {
 		var statusSeq uint64
+		var lastErr *protocol.ErrorInfo // why the last attempt failed, when it said
 		raw, err := qs.GetLastMsgForSubject(ctx, s.names.QueryStatus(tenant, id))
 		switch {
 		case err == nil:
 			var ev protocol.StatusEvent
 			if json.Unmarshal(raw.Data, &ev) == nil && ev.State.Terminal() && ev.JobSeq >= jobSeq {
 				return nil
+			}
+			if ev.Error != nil && ev.JobSeq == jobSeq {
+				lastErr = ev.Error
 			}
 			statusSeq = raw.Sequence
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
@@ -126,7 +130,7 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, 
 		ended, err := s.end(ctx, ending{
 			tenant: tenant, id: id, attempt: attempt, jobSeq: jobSeq, expectStatusSeq: statusSeq,
 			state: protocol.StateFailed, reason: protocol.ReasonMaxDeliveries, code: protocol.CodeMaxDeliveries,
-			message: fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", attempt, s.names.DLQ(tenant)),
+			message: deadLetterMessage(attempt, s.names.DLQ(tenant), lastErr),
 		})
 		if err != nil || ended {
 			return err
@@ -134,6 +138,18 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, 
 		// The status moved (a worker wrote one): look again.
 	}
 	return errors.New("the query's status kept changing while it was being dead-lettered")
+}
+
+// deadLetterMessage is a dead-lettered query's error message: how often
+// it was delivered, where the job went, and what the last attempt said
+// went wrong, so the reason reaches the user and not only the retrying
+// statuses before it.
+func deadLetterMessage(deliveries int, dlq string, last *protocol.ErrorInfo) string {
+	msg := fmt.Sprintf("dispatcher: the job was delivered %d times without finishing; it was dead-lettered to %s", deliveries, dlq)
+	if last != nil && last.Message != "" {
+		msg += "; the last attempt: " + cmp.Or(last.Code, "error") + ": " + last.Message
+	}
+	return msg
 }
 
 // ending is how the dispatcher ends a query no worker will end.

@@ -313,3 +313,29 @@ func TestWorkspaceOnCloudflareEndToEnd(t *testing.T) {
 		require.NotContains(t, transcript, sec)
 	}
 }
+
+// A job dead-lettered after attempts that each failed with a reason (here
+// its checkout) ends with that reason in its failed status, not only in
+// the retrying statuses before it.
+func TestDeadLetteredJobKeepsTheLastAttemptsReason(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	workspacetest.NewRepo(t, tmp)
+	srv := workspacetest.Serve(t, tmp, "u", "p")
+	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://u:p@", 1)))
+	require.NoError(t, err)
+	f := fleettest.New(t, fleettest.Opts{MaxDeliver: 2})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		ws, err := workspace.New(workspace.Config{Store: f.Objects, Credentials: creds})
+		require.NoError(t, err)
+		c.Workspaces = ws
+	}})
+	fleettest.WaitReady(t, w.W)
+	srv.FailNext.Store(100)
+	submitWorkspaceJob(t, f, "ws-dead", "/standin append=x.txt", protocol.Workspace{Repo: srv.URL + "/origin.git"})
+	r := f.Follow("default", "ws-dead", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Equal(t, protocol.CodeMaxDeliveries, r.Final.Error.Code)
+	require.Contains(t, r.Final.Error.Message, "the last attempt: ")
+	require.Contains(t, r.Final.Error.Message, "workspace checkout")
+}
