@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,6 +111,10 @@ type Admitter struct {
 	settings map[string]Settings
 	spend    map[string]map[int64]float64
 	pauses   map[string]time.Time
+	// unrecorded is the cost of results the leader saw end (their status
+	// on the core subject) that the spend in the KV bucket may not count
+	// yet (see seenCost).
+	unrecorded map[string][]unrecordedCost
 
 	wake       chan struct{}
 	jobPokes   atomic.Int64 // core messages seen on the jobs subjects
@@ -136,6 +141,20 @@ type Admitter struct {
 	watchers []jetstream.KeyWatcher
 	pauseQ   chan pauseReq
 }
+
+// unrecordedCost is one result's cost, seen before its spend is recorded.
+type unrecordedCost struct {
+	window int64     // the budget window it falls in (unix start)
+	cost   float64   // its total_cost_usd
+	base   float64   // the recorded spend of that window when it was seen
+	at     time.Time // when it was seen
+}
+
+// unrecordedFor bounds how long a seen cost counts on its own: the status
+// index records spend within moments; should the record of this cost have
+// been in the spend already when it was seen (it then counts twice) or
+// never come, the tenant is held at most this long for it.
+const unrecordedFor = 30 * time.Second
 
 type head struct {
 	seq uint64
@@ -175,7 +194,8 @@ func New(cfg Config) (*Admitter, error) {
 		cfg: cfg, names: cfg.Names,
 		log:      cfg.Logger.With().Str("component", "admission").Str("admitter", cfg.ID).Logger(),
 		settings: map[string]Settings{}, spend: map[string]map[int64]float64{}, pauses: map[string]time.Time{},
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), pauseQ: make(chan pauseReq, 256),
+		unrecorded: map[string][]unrecordedCost{},
+		wake:       make(chan struct{}, 1), stopped: make(chan struct{}), pauseQ: make(chan pauseReq, 256),
 	}, nil
 }
 
@@ -365,6 +385,11 @@ func (a *Admitter) apply(bucket string, e jetstream.KeyValueEntry) {
 			a.spend[tenant] = map[int64]float64{}
 		}
 		a.spend[tenant][window] = v
+		// A seen cost is recorded once its window's spend has grown by
+		// it since it was seen.
+		a.unrecorded[tenant] = slices.DeleteFunc(a.unrecorded[tenant], func(u unrecordedCost) bool {
+			return u.window == window && v >= u.base+u.cost-1e-9
+		})
 	case kind == "pause":
 		if del {
 			delete(a.pauses, tenant)
@@ -384,9 +409,44 @@ func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
 	eff := a.cfg.Policy.Effective(s)
 	var spent float64
 	if eff.BudgetUSD > 0 {
-		spent = a.spend[t][WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()]
+		w := WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()
+		spent = a.spend[t][w]
+		for _, u := range a.unrecorded[t] {
+			if u.window == w && now.Sub(u.at) < unrecordedFor {
+				spent += u.cost
+			}
+		}
 	}
 	return Tenant{Name: t, Settings: s, Running: running, Spent: spent, PausedUntil: a.pauses[t]}
+}
+
+// seenCost counts the cost of a result the leader saw end (its terminal
+// status on the core subject) against its tenant's budget at once. The
+// worker acks the job right after that status, and the ack frees the slot
+// a pass counts; the spend itself arrives later (the status index batches
+// it into RecordSpend, then the KV write reaches this admitter's watcher).
+// Without this, the pass that saw the slot free admitted the tenant's next
+// job on the old spend, past a budget the result had reached.
+func (a *Admitter) seenCost(data []byte) {
+	var ev struct {
+		Tenant string `json:"tenant"`
+		Result *struct {
+			TotalCostUSD float64 `json:"total_cost_usd"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(data, &ev) != nil || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) || !protocol.ValidTenant(ev.Tenant) {
+		return
+	}
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	eff := a.cfg.Policy.Effective(a.settings[ev.Tenant])
+	if eff.BudgetUSD <= 0 {
+		return
+	}
+	w := WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()
+	live := slices.DeleteFunc(a.unrecorded[ev.Tenant], func(u unrecordedCost) bool { return now.Sub(u.at) >= unrecordedFor })
+	a.unrecorded[ev.Tenant] = append(live, unrecordedCost{window: w, cost: ev.Result.TotalCostUSD, base: a.spend[ev.Tenant][w], at: now})
 }
 
 // RecordSpend adds the total_cost_usd of the terminal results among evs to
@@ -581,6 +641,9 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 			// tenant's spend); "running" and the like do not, and a pass
 			// for each of them only read the queue again.
 			if st, _ := statusState(m.Data); st.Terminal() || st == protocol.StateParked {
+				if st.Terminal() {
+					a.seenCost(m.Data) // as RecordSpend: terminal results only
+				}
 				a.endPokes.Add(1)
 				a.poke()
 			}

@@ -89,6 +89,14 @@
 // whose write failed is delivered again; a write whose reply was lost is
 // counted again then (at-least-once), which errs toward stopping early.
 //
+// That record comes a moment after the run's end, while the slot the run
+// frees (its worker acks right after the terminal status) is seen at once.
+// So the leader also counts the cost of each terminal result it sees on
+// the status subjects against its tenant's budget straight away (seenCost),
+// until the window's recorded spend has grown by that cost, or for at most
+// 30 s: a result's cost holds its tenant's next job from the moment it
+// ends, not only once it is recorded (TestAdmissionBudgetCountsAResultAsItEnds).
+//
 // The leader does not read every agent line: a worker forwards only the
 // lines that may report a rate limit (protocol.MayReportRateLimit, a byte
 // search for "rate_limit" or a non-null api_error_status) as core messages on

@@ -339,6 +339,31 @@ func TestAdmissionBudget(t *testing.T) {
 	require.Equal(t, protocol.StateSucceeded, f.Follow("spender", "p3", wait).Final.State, "the next window resumes admission")
 }
 
+// A run whose result reaches its tenant's budget stops the tenant's next
+// job at once: the worker acks the job right after its terminal status,
+// and the slot freed by that ack must not be given on the spend from
+// before the result. Before, the next job started in the moment before the
+// spend was recorded, and the budget was spent twice over (found by QA, in
+// three tries of three).
+func TestAdmissionBudgetCountsAResultAsItEnds(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 4})
+	log := watchStatuses(t, f.NC, f.Names)
+	setTenant(t, f, "once", admission.Settings{MaxRunning: 1, BudgetUSD: 1, BudgetWindow: admission.Duration(time.Hour)})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 4}).W)
+	for _, id := range []string{"b1", "b2", "b3"} {
+		f.SubmitJSON("once", id, "/standin cost=1")
+	}
+	require.Equal(t, protocol.StateSucceeded, f.Follow("once", "b1", wait).Final.State)
+	ev := log.waitFor(t, "b2 started or held for the budget", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "b2" && (ev.State == protocol.StateRunning || (ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonBudget))
+	})
+	require.Equal(t, protocol.StateQueued, ev.State, "b2 must not start once b1's result reached the budget")
+	waitSpend(t, f, "once", time.Now(), time.Hour, 1)
+	_, starts, _ := log.peaks()
+	require.Zero(t, starts["once/b2"]+starts["once/b3"], "nothing ran past the budget")
+}
+
 func waitSpend(t *testing.T, f *fleettest.Fleet, tenant string, now time.Time, window time.Duration, atLeast float64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
