@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -60,6 +61,10 @@ const (
 // Validate reports settings no admitter could follow.
 func (s Settings) Validate() error {
 	switch {
+	case math.IsNaN(s.Weight) || math.IsInf(s.Weight, 0):
+		return errors.New("admission: weight must be a finite number")
+	case math.IsNaN(s.BudgetUSD) || math.IsInf(s.BudgetUSD, 0):
+		return errors.New("admission: budget_usd must be a finite number")
 	case s.MaxRunning < 0:
 		return errors.New("admission: max_running must be 0 (no cap) or more")
 	case s.Weight != 0 && (s.Weight < MinWeight || s.Weight > MaxWeight):

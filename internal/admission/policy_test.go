@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ func TestSettingsValidateAndJSON(t *testing.T) {
 	for _, bad := range []Settings{
 		{MaxRunning: -1}, {Weight: 0.001}, {Weight: 5000}, {BudgetUSD: -1},
 		{BudgetUSD: 1}, {BudgetUSD: 1, BudgetWindow: Duration(time.Second)}, {BudgetWindow: -1},
+		{Weight: math.NaN()}, {Weight: math.Inf(1)},
+		{BudgetUSD: math.NaN(), BudgetWindow: Duration(time.Hour)}, {BudgetUSD: math.Inf(1), BudgetWindow: Duration(time.Hour)},
 	} {
 		require.Error(t, bad.Validate(), "%+v", bad)
 	}
