@@ -78,6 +78,13 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		return 1
 	}
 	defer func() { _ = nc.Drain() }()
+	lost := config.StopOnClosedConnection(nc, log, stop)
+	exit := func() int {
+		if lost() != nil {
+			return 1
+		}
+		return 0
+	}
 	names := protocol.NewNames(common.Prefix)
 	// nats:// buckets follow --replicas, so on a cluster they survive a
 	// node as the streams do. Opening is retried as provisioning is: a
@@ -116,7 +123,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Warn().Err(err).Msg("starting the dispatcher; retrying")
 		select {
 		case <-ctx.Done():
-			return 0
+			return exit()
 		case <-time.After(2 * time.Second):
 		}
 	}
@@ -171,7 +178,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	if err := svc.Stop(sctx); err != nil {
 		log.Warn().Err(err).Msg("stopping the dispatcher")
 	}
-	return 0
+	return exit()
 }
 
 // checkServeFlags rejects values that can never work, at once and with a

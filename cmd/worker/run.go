@@ -112,6 +112,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		return 1
 	}
 	defer func() { _ = nc.Drain() }()
+	lost := config.StopOnClosedConnection(nc, log, stop)
 	names := protocol.NewNames(common.Prefix)
 	// Retried as the dispatcher's provisioning is (bounded): a young
 	// cluster may not be able to place a nats:// bucket yet. A bucket the
@@ -242,5 +243,8 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		log.Warn().Err(err).Msg("journal: not everything was persisted; it will be on the next start")
 	}
 	log.Info().Msg("worker stopped")
+	if lost() != nil {
+		return 1
+	}
 	return 0
 }

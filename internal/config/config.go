@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -137,6 +138,31 @@ func Connect(c Common, name string, log zerolog.Logger, extra ...nats.Option) (*
 	}
 	opts = append(opts, extra...)
 	return nats.Connect(c.NATSURL, opts...)
+}
+
+// StopOnClosedConnection makes a connection that NATS closed for good (it
+// never reconnects: the server refused its credentials twice) stop the
+// service: it logs why, with the server's error, and calls stop. The
+// returned func reports that error once it happened (nil otherwise), for
+// the service's exit status. Without it the service waited forever, saying
+// only "not connected".
+func StopOnClosedConnection(nc *nats.Conn, log zerolog.Logger, stop context.CancelFunc) func() error {
+	var closed atomic.Pointer[error]
+	nc.SetClosedHandler(func(nc *nats.Conn) {
+		err := nc.LastError()
+		if err == nil {
+			return // our own Close
+		}
+		closed.Store(&err)
+		log.Error().Err(err).Msg("NATS closed the connection for good and it will not reconnect (are the credentials right?); stopping")
+		stop()
+	})
+	return func() error {
+		if p := closed.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}
 }
 
 // ExitOnSecondSignal makes a second SIGINT or SIGTERM, after ctx (the first

@@ -1,12 +1,21 @@
 package config_test
 
 import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/config"
+	"github.com/agentfleet/agentfleet/internal/natstest"
 )
 
 func TestRedactURLs(t *testing.T) {
@@ -38,4 +47,47 @@ func TestBadEnvironmentValueIsAnError(t *testing.T) {
 	fs.Int("slots", 4, "")
 	err := config.Parse(fs, nil)
 	require.ErrorContains(t, err, "FLEET_SLOTS")
+}
+
+// A connection the server refuses for good (wrong credentials) stops the
+// service, saying why; before, it waited forever, logging only "not
+// connected".
+func TestStopOnClosedConnection(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t, func(o *server.Options) { o.Username, o.Password = "u1", "right" })
+	url := strings.Replace(srv.ClientURL(), "nats://", "nats://u1:wrong@", 1)
+	var logs bytes.Buffer
+	log := zerolog.New(&syncWriter{w: &logs})
+	nc, err := config.Connect(config.Common{NATSURL: url}, "test", log)
+	require.NoError(t, err, "RetryOnFailedConnect: the connect itself does not fail")
+	ctx, stop := context.WithCancel(context.Background())
+	lost := config.StopOnClosedConnection(nc, log, stop)
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the service was not stopped")
+	}
+	require.ErrorIs(t, lost(), nats.ErrAuthorization)
+	require.Contains(t, logs.String(), "Authorization Violation")
+
+	// Our own Close is not a loss.
+	ok, err := config.Connect(config.Common{NATSURL: strings.Replace(srv.ClientURL(), "nats://", "nats://u1:right@", 1)}, "test", log)
+	require.NoError(t, err)
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	lost2 := config.StopOnClosedConnection(ok, log, stop2)
+	ok.Close()
+	require.NoError(t, lost2())
+	require.NoError(t, ctx2.Err())
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
