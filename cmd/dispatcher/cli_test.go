@@ -123,6 +123,7 @@ func TestCLINotFound(t *testing.T) {
 	code, _, errOut := run(t, url, "cancel", "nope")
 	require.Equal(t, fleetcli.ExitNotFound, code, errOut)
 	require.Contains(t, errOut, "no query default/nope")
+	require.Contains(t, errOut, "the cancel is recorded anyway", "a job published straight to the queue has no status yet")
 	// tail of an unknown id says so instead of waiting forever.
 	code, _, errOut = run(t, url, "tail", "nope", "--tenant", "acme")
 	require.Equal(t, fleetcli.ExitNotFound, code, errOut)

@@ -78,6 +78,10 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "worker takes no arguments, only flags: %q\n", strings.Join(fs.Args(), " "))
+		return 2
+	}
 	log, err := config.Logger(common, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

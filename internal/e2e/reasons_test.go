@@ -199,3 +199,33 @@ func TestCancelOfAQueuedJobShowsCancelledAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), info.State.Subjects[subj], "one result line")
 }
+
+// A job published straight to the queue has no status until a worker
+// takes it, so `dispatcher cancel` finds no query on record; it records
+// the cancel anyway (saying so, exit 3), and the job never starts. Before,
+// the CLI refused and sent nothing (found by QA).
+func TestCLICancelOfADirectlyPublishedWaitingJob(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 8)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}})
+	fleettest.WaitReady(t, w.W)
+	url := f.Srv.ClientURL()
+	f.SubmitJSON("default", "busy-d", "/standin sleep=1h")
+	require.Equal(t, "busy-d", <-started)
+	f.SubmitJSON("default", "direct", "never runs")
+
+	code, _, errOut := runCLI(t, url, "", "cancel", "direct")
+	require.Equal(t, fleetcli.ExitNotFound, code, errOut)
+	require.Contains(t, errOut, "the cancel is recorded anyway")
+
+	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "busy-d"), []byte(`{"op":"cancel"}`)))
+	r := f.Follow("default", "direct", wait)
+	require.Equal(t, protocol.StateCancelled, r.Final.State)
+	require.Len(t, r.Lines, 1, "only the synthetic result: the agent never started")
+	f.SubmitJSON("default", "after-d", "x")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "after-d", wait).Final.State)
+	require.Equal(t, "after-d", <-started, "the cancelled job was never started")
+}

@@ -45,20 +45,18 @@ func (c *cancelCmd) Run(ctx context.Context, e *Env) int {
 	ref := protocol.QueryRef{ID: c.id, Tenant: c.tenant}
 	rctx, cancel := e.Request(ctx)
 	defer cancel()
-	// The dispatcher records a cancel for any id (so one sent just before
-	// the submission still applies); a person typing an unknown id wants to
-	// hear so instead.
+	// A person typing an unknown id wants to hear so. But a job published
+	// straight to the queue has no status until it is held back or a
+	// worker takes it, so the cancel is sent anyway (the dispatcher records
+	// it; it applies to a submission made before it, never to a later one).
 	st, err := cl.Status(rctx, ref)
 	if err != nil {
 		return requestFailed(ctx, e.Err, err)
 	}
-	if st.Error != nil {
-		if st.Error.Code == protocol.CodeNotFound {
-			fmt.Fprintf(e.Err, "no query %s/%s\n", ref.Tenant, ref.ID)
-			return ExitNotFound
-		}
+	if st.Error != nil && st.Error.Code != protocol.CodeNotFound {
 		return replyError(e.Err, st.Error)
 	}
+	unknown := st.Error != nil
 	r, err := cl.Cancel(rctx, ref)
 	if err != nil {
 		return requestFailed(ctx, e.Err, err)
@@ -71,8 +69,16 @@ func (c *cancelCmd) Run(ctx context.Context, e *Env) int {
 		return replyError(e.Err, r.Error)
 	}
 	if r.Status != nil && r.Status.State == protocol.StateCancelled {
-		fmt.Fprintf(e.Err, "%s/%s cancelled (it was still queued)\n", ref.Tenant, ref.ID)
+		was := "it was still queued"
+		if st.Status != nil && st.Status.State == protocol.StateParked {
+			was = "the session was parked"
+		}
+		fmt.Fprintf(e.Err, "%s/%s cancelled (%s)\n", ref.Tenant, ref.ID, was)
 		return ExitOK
+	}
+	if unknown {
+		fmt.Fprintf(e.Err, "no query %s/%s on record; the cancel is recorded anyway: a job of that id published straight to the queue (it has no status until a worker takes it) will not start\n", ref.Tenant, ref.ID)
+		return ExitNotFound
 	}
 	fmt.Fprintf(e.Err, "cancel requested for %s/%s\n", ref.Tenant, ref.ID)
 	return ExitOK
