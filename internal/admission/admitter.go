@@ -121,6 +121,7 @@ type Admitter struct {
 	endPokes   atomic.Int64 // statuses seen that end a run (terminal, parked)
 	leading    atomic.Bool
 	validUntil atomic.Int64 // unix ns: admit only before this (lease safety margin)
+	workCap    atomic.Int64 // the work consumer's MaxAckPending, as last read (0: not yet)
 
 	// Leader-only state, used by the lead goroutine alone.
 	sched     *drr
@@ -606,7 +607,22 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	a.validUntil.Store(at.Add(ttl / 2).UnixNano())
 	defer a.leading.Store(false)
 	var rwg sync.WaitGroup
-	rwg.Add(1)
+	rwg.Add(2)
+	go func() {
+		// Apart from the renewals, which a slow read must not delay; until
+		// the first read, passes use this dispatcher's own cap.
+		defer rwg.Done()
+		t := time.NewTicker(ttl)
+		defer t.Stop()
+		for {
+			a.readFleetCap(lctx)
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	go func() {
 		defer rwg.Done()
 		t := time.NewTicker(ttl / 5)
@@ -796,6 +812,10 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		}
 	}
 	now := a.cfg.Now()
+	// The fleet's cap is the work consumer's MaxAckPending (the dispatcher
+	// started last set it), not this dispatcher's flag.
+	pol := a.cfg.Policy
+	pol.FleetCap = a.fleetCap()
 	active := make([]string, 0, len(queued))
 	for t, c := range queued {
 		if c > 0 {
@@ -803,10 +823,10 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		}
 	}
 	eligible := func(t string) bool {
-		return queued[t] > 0 && a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now).Admit
+		return queued[t] > 0 && pol.Decide(a.tenantState(t, running[t], now), total, now).Admit
 	}
 	weight := func(t string) float64 { return a.cfg.Policy.Effective(a.tenantState(t, 0, now).Settings).Weight }
-	for total < a.cfg.Policy.FleetCap && a.leaseValid() {
+	for total < pol.FleetCap && a.leaseValid() {
 		t := a.sched.next(active, eligible, weight)
 		if t == "" {
 			break
@@ -832,7 +852,7 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		res.held = true
 		if wall := time.Now(); wall.Sub(a.rounds[t]) >= announceEvery {
 			a.rounds[t] = wall
-			d := a.cfg.Policy.Decide(a.tenantState(t, running[t], now), total, now)
+			d := pol.Decide(a.tenantState(t, running[t], now), total, now)
 			reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
 			if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
 				return res, err
@@ -840,6 +860,41 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		}
 	}
 	return res, nil
+}
+
+// FleetCap is the fleet's cap the admitter admits up to (see fleetCap).
+func (a *Admitter) FleetCap() int { return a.fleetCap() }
+
+// fleetCap is the fleet's cap a pass admits up to: the work consumer's
+// MaxAckPending, which is what workers are held to, once read; until then
+// Policy.FleetCap (this dispatcher's --max-concurrency).
+func (a *Admitter) fleetCap() int {
+	if c := a.workCap.Load(); c > 0 {
+		return int(c)
+	}
+	return a.cfg.Policy.FleetCap
+}
+
+// readFleetCap reads the work consumer's MaxAckPending. Every dispatcher
+// sets it when it starts (--max-concurrency), so one started with another
+// value changes it for the whole fleet; the leader follows it, and says so
+// when it differs from its own flag, instead of admitting jobs that wait
+// on the work subjects with no reason given.
+func (a *Admitter) readFleetCap(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := a.stream.Consumer(rctx, a.names.Consumer())
+	if err != nil {
+		return // kept as it was; read again at the next renewal round
+	}
+	n := int64(c.CachedInfo().Config.MaxAckPending)
+	if n <= 0 {
+		return
+	}
+	if old := a.workCap.Swap(n); old != n && int(n) != a.cfg.Policy.FleetCap {
+		a.log.Warn().Int64("work_consumer_max_ack_pending", n).Int("max_concurrency", a.cfg.Policy.FleetCap).
+			Msg("the fleet's cap is the work consumer's MaxAckPending, which another dispatcher's --max-concurrency set; admitting up to it (start every dispatcher with the same --max-concurrency)")
+	}
 }
 
 // statusState reads the "state" of a status event as the fleet encodes it

@@ -19,6 +19,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -575,4 +576,41 @@ func TestAdmissionRefusedCopyStaysQueued(t *testing.T) {
 		c := counts()
 		return c[f.Names.WorkSubject("refused")] == 1 && c[f.Names.JobSubject("refused")] == 0
 	}, "the job admitted once the stream takes its copy")
+}
+
+// The fleet's cap is the work consumer's MaxAckPending, which the
+// dispatcher started last set (another --max-concurrency, a rolling
+// update): the leader admits up to it, so the jobs it cannot run wait
+// with reason fleet_cap. Before, it admitted up to its own flag, and the
+// jobs the consumer held back waited on the work subjects with no reason
+// at all (found by QA).
+func TestAdmissionFollowsTheWorkConsumersCap(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 3, Admission: admission.Config{LeaseTTL: time.Second}})
+	log := watchStatuses(t, f.NC, f.Names)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	// Another dispatcher starts with --max-concurrency 1.
+	require.NoError(t, provision.Streams(ctx, f.JS, provision.Config{Names: f.Names, MaxConcurrency: 1, Storage: jetstream.FileStorage}))
+	fleettest.Eventually(t, wait, func() bool {
+		return f.Disp.Admitter().FleetCap() == 1
+	}, "the leader reads the work consumer's cap")
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 3}).W)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		f.SubmitJSON("mc", id, "/standin sleep=1h")
+	}
+	log.waitFor(t, "one job running", func(ev protocol.StatusEvent) bool {
+		return ev.Tenant == "mc" && ev.State == protocol.StateRunning
+	})
+	log.waitFor(t, "a job waiting for the fleet's cap, saying so", func(ev protocol.StatusEvent) bool {
+		return ev.Tenant == "mc" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonFleetCap && ev.Position == 2
+	})
+	peak, _, _ := log.peaks()
+	require.Equal(t, 1, peak["mc"])
+	for _, id := range []string{"m1", "m2", "m3"} {
+		require.NoError(t, f.NC.Publish(f.Names.QueryCtl("mc", id), []byte(`{"op":"cancel"}`)))
+	}
+	for _, id := range []string{"m1", "m2", "m3"} {
+		require.Equal(t, protocol.StateCancelled, f.Follow("mc", id, wait).Final.State)
+	}
 }
