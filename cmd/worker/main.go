@@ -8,12 +8,41 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/agentfleet/agentfleet/internal/gctune"
+	"github.com/agentfleet/agentfleet/internal/procscrub"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 
+// secretFlags take a secret as their value.
+var secretFlags = []string{"--cf-bridge-token"}
+
+// maskArgs masks what /proc/<pid>/cmdline must not show: passwords in URLs
+// (--nats-url) and the values of secretFlags.
+func maskArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = procscrub.MaskURLPassword(a)
+		for _, f := range secretFlags {
+			switch {
+			case strings.HasPrefix(a, f+"="):
+				out[i] = f + "=" + strings.Repeat(string(procscrub.Mask), len(a)-len(f)-1)
+			case i > 0 && args[i-1] == f:
+				out[i] = strings.Repeat(string(procscrub.Mask), len(a))
+			}
+		}
+	}
+	return out
+}
+
 func main() {
+	// First, before anything reads os.Args: the agents this worker starts
+	// run as its user, and must not read its secrets in /proc.
+	if err := procscrub.Scrub(sandbox.DeniedEnv, maskArgs); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: hiding secrets from other processes: %v\n", err)
+	}
 	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

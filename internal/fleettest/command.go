@@ -50,10 +50,17 @@ type Command struct {
 // args, stdin empty, NO_COLOR unset.
 func StartCommand(t testing.TB, args ...string) *Command {
 	t.Helper()
+	return StartCommandEnv(t, nil, args...)
+}
+
+// StartCommandEnv is StartCommand with env (NAME=value) added to the
+// command's environment.
+func StartCommandEnv(t testing.TB, env []string, args ...string) *Command {
+	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), MainEnv+"=1", "NO_COLOR=")
+	cmd.Env = append(append(os.Environ(), MainEnv+"=1", "NO_COLOR="), env...)
 	cmd.Stdin = strings.NewReader("")
 	p := &Command{Cmd: cmd, lines: make(chan string, 1024), done: make(chan struct{})}
 	outPipe, err := cmd.StdoutPipe()
