@@ -70,3 +70,24 @@ func TestParkedSessionEndsOnEndOrCancel(t *testing.T) {
 		require.NotNil(t, rep2.Error)
 	})
 }
+
+// options.timeout_s bounds each turn of a session: a turn that runs longer
+// is stopped and the session ends failed, code timeout, with a synthetic
+// result, as a one-shot run does. Before, sessions ignored it (found by
+// QA: a session awaiting approval far past its timeout_s).
+func TestSessionTurnTimeout(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	sw := watchStatus(t, f, "default", "st-timeout")
+	one := 1
+	submitSession(t, f, "default", "st-timeout", "/standin sleep=1h", &protocol.Session{}, protocol.Options{TimeoutS: &one})
+	final := sw.waitFor("terminal", func(ev protocol.StatusEvent) bool { return ev.State.Terminal() })
+	require.Equal(t, protocol.StateFailed, final.State)
+	require.Equal(t, protocol.CodeTimeout, final.Error.Code)
+	r := f.Follow("default", "st-timeout", wait)
+	fleettest.RequireContiguous(t, r)
+	res, err := protocol.ParseMessage(r.Lines[len(r.Lines)-1].Data).AsResult()
+	require.NoError(t, err)
+	require.Equal(t, protocol.ReasonTimeout, res.XFleet.Reason)
+}

@@ -237,7 +237,18 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 			idleArmed = false
 			q.status(r.status(protocol.StatusEvent{State: protocol.StateRunning}))
 			go func() {
-				out, err := s.Turn(ctx, session.Input{Text: in.text, UUID: in.uuid})
+				// options.timeout_s bounds each turn of a session (its
+				// approvals included): one that runs longer is stopped
+				// and ends the session as failed, code timeout, as it
+				// ends a one-shot run. Idle time between turns is bounded
+				// by the idle timeout and --session-ttl instead.
+				tctx := ctx
+				if t := q.job.Options.TimeoutS; t != nil && *t > 0 {
+					var cancel context.CancelFunc
+					tctx, cancel = context.WithTimeoutCause(ctx, time.Duration(*t)*time.Second, agent.ErrTimeout)
+					defer cancel()
+				}
+				out, err := s.Turn(tctx, session.Input{Text: in.text, UUID: in.uuid})
 				turnDone <- turnResult{in, out, err}
 			}()
 		}
