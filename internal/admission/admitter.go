@@ -429,6 +429,17 @@ func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
 // Without this, the pass that saw the slot free admitted the tenant's next
 // job on the old spend, past a budget the result had reached.
 func (a *Admitter) seenCost(data []byte) {
+	// Most tenants have no budget: decide that before decoding the event.
+	tenant, ok := jsonField(data, `"tenant":"`)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	budget := a.cfg.Policy.Effective(a.settings[tenant]).BudgetUSD
+	a.mu.Unlock()
+	if budget <= 0 {
+		return
+	}
 	var ev struct {
 		Tenant string `json:"tenant"`
 		Result *struct {
@@ -901,7 +912,13 @@ func (a *Admitter) readFleetCap(ctx context.Context) {
 // (json.Marshal of protocol.StatusEvent: no spaces), without decoding the
 // rest; ok is false when it has none.
 func statusState(data []byte) (protocol.State, bool) {
-	const key = `"state":"`
+	s, ok := jsonField(data, `"state":"`)
+	return protocol.State(s), ok
+}
+
+// jsonField reads the string after key (`"name":"`) as the fleet encodes
+// status events, without decoding the rest; ok is false when it has none.
+func jsonField(data []byte, key string) (string, bool) {
 	i := bytes.Index(data, []byte(key))
 	if i < 0 {
 		return "", false
@@ -911,7 +928,7 @@ func statusState(data []byte) (protocol.State, bool) {
 	if j < 0 {
 		return "", false
 	}
-	return protocol.State(v[:j]), true
+	return string(v[:j]), true
 }
 
 // move admits the first job on subject from: it copies the job to the work
