@@ -80,7 +80,9 @@ func summary(w io.Writer, ev *protocol.StatusEvent) {
 	}
 	fmt.Fprintf(w, " · at %s\n", ev.At.Local().Format(time.DateTime))
 	if r := ev.Result; r != nil {
-		fmt.Fprintf(w, "result: %s · turns %d · cost $%.4f · %s\n", cmpStr(r.Subtype, "-"), r.NumTurns, r.TotalCostUSD, duration(r.DurationMS))
+		// A session's status says its turn (a parked one's result holds
+		// no turn count of its own).
+		fmt.Fprintf(w, "result: %s · turns %d · cost $%.4f · %s\n", cmpStr(r.Subtype, "-"), max(r.NumTurns, ev.Turn), r.TotalCostUSD, duration(r.DurationMS))
 	}
 	if ev.Error != nil {
 		fmt.Fprintf(w, "error: %s: %s\n", ev.Error.Code, ev.Error.Message)
