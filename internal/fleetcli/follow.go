@@ -23,7 +23,7 @@ type renderFlags struct {
 }
 
 func (r *renderFlags) add(fs *pflag.FlagSet) {
-	fs.BoolVar(&r.raw, "raw", false, "print the exact stream-json lines instead of rendering them")
+	fs.BoolVar(&r.raw, "raw", false, "print the stream's lines byte for byte instead of rendering them (a line too large for one NATS message is there as its x_fleet_large_line pointer; the stored transcript.ndjson holds it whole)")
 	fs.BoolVarP(&r.verbose, "verbose", "v", false, "also show message types that are not rendered")
 	fs.StringVar(&r.color, "color", "auto", "colour the rendering: auto (on a terminal, unless NO_COLOR is set), always, never")
 }

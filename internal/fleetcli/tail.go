@@ -24,7 +24,7 @@ until it ends, and exits with the query's code (0 succeeded, 1 failed,
 (exit 3). While the query waits in the queue it says where it stands.
 Ctrl-C stops following (exit 130); the query keeps running.`,
 		Examples: `dispatcher tail q2 --tenant acme
-dispatcher tail q2 --raw > q2.ndjson     # the exact stream-json lines
+dispatcher tail q2 --raw > q2.ndjson     # the stream's lines as they are (see --raw)
 dispatcher tail q2 --no-follow           # what is there now, then exit (7 if still running)`,
 	}
 }
