@@ -129,6 +129,7 @@ type Admitter struct {
 	moved     map[string]bool // subjects with admitted jobs not yet purged
 	storedSeq uint64          // highest FLEET_JOBS sequence known stored
 	heads     map[string][]head
+	lastQueue map[string]int // per tenant: its queued jobs after the last pass
 	announced map[uint64]announcement
 	rounds    map[string]time.Time // per tenant: the last announcement round
 
@@ -690,6 +691,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	a.leading.Store(true)
 	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
 	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]announcement{}
+	a.lastQueue = nil
 	a.rounds = map[string]time.Time{}
 	a.moved, a.storedSeq = map[string]bool{}, 0
 	tick := time.NewTicker(a.cfg.Tick)
@@ -822,6 +824,17 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 			}
 		}
 	}
+	for t, c := range queued {
+		if c < a.lastQueue[t] {
+			// Fewer queued than this admitter left: a job was removed
+			// by someone else (the dispatcher's cancel of a queued
+			// job). The cached heads may hold it: read them again, and
+			// announce the new places now.
+			delete(a.heads, t)
+			delete(a.rounds, t)
+		}
+	}
+	defer func() { a.lastQueue = queued }() // after this pass's moves
 	now := a.cfg.Now()
 	// The fleet's cap is the work consumer's MaxAckPending (the dispatcher
 	// started last set it), not this dispatcher's flag.

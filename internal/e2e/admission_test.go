@@ -614,3 +614,41 @@ func TestAdmissionFollowsTheWorkConsumersCap(t *testing.T) {
 		require.Equal(t, protocol.StateCancelled, f.Follow("mc", id, wait).Final.State)
 	}
 }
+
+// A queued job cancelled out of its tenant's queue moves the jobs behind it
+// up at once: their queued statuses give their new places. Before, the
+// admitter's cached queue heads kept the cancelled job until its next
+// admission, so the places stayed wrong (for a day, behind a day's budget)
+// and a job that moved into the announced window got no reason at all
+// (found by QA).
+func TestAdmissionPlacesFollowACancel(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 4})
+	log := watchStatuses(t, f.NC, f.Names)
+	setTenant(t, f, "pos", admission.Settings{MaxRunning: 1})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 2}).W)
+	ids := []string{"p1", "p2", "p3", "p4"}
+	for _, id := range ids {
+		f.SubmitJSON("pos", id, "/standin sleep=1h")
+	}
+	log.waitFor(t, "p4 third in the queue", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "p4" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonTenantCap && ev.Position == 3
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	rep, err := f.Client.Cancel(ctx, protocol.QueryRef{ID: "p2", Tenant: "pos"})
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateCancelled, rep.Status.State, "p2 was cancelled while queued")
+	log.waitFor(t, "p3 first in the queue", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "p3" && ev.State == protocol.StateQueued && ev.Position == 1
+	})
+	log.waitFor(t, "p4 second in the queue", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "p4" && ev.State == protocol.StateQueued && ev.Position == 2
+	})
+	for _, id := range ids {
+		_, _ = f.Client.Cancel(ctx, protocol.QueryRef{ID: id, Tenant: "pos"})
+	}
+	for _, id := range ids {
+		require.Equal(t, protocol.StateCancelled, f.Follow("pos", id, wait).Final.State)
+	}
+}
