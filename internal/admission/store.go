@@ -196,3 +196,60 @@ func extendPause(ctx context.Context, kv jetstream.KeyValue, tenant string, unti
 	}
 	return fmt.Errorf("admission: pausing %s: too much contention", tenant)
 }
+
+// State reads what admission keeps per tenant in FLEET_ADMISSION (spend per
+// window, rate-limit pauses), for operators (`dispatcher tenant get`,
+// `tenant resume`).
+type State struct {
+	kv jetstream.KeyValue
+}
+
+// OpenState opens the admission bucket (`dispatcher serve` makes it).
+func OpenState(ctx context.Context, js jetstream.JetStream, names protocol.Names) (*State, error) {
+	kv, err := js.KeyValue(ctx, names.AdmissionBucket())
+	if err != nil {
+		return nil, fmt.Errorf("admission: bucket %s: %w", names.AdmissionBucket(), err)
+	}
+	return &State{kv: kv}, nil
+}
+
+// Spent is a tenant's recorded spend in the window of length window that
+// holds now, and that window's start.
+func (s *State) Spent(ctx context.Context, tenant string, window time.Duration, now time.Time) (usd float64, start time.Time, err error) {
+	start = WindowStart(now, window)
+	e, err := s.kv.Get(ctx, spendKey(tenant, start))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, start, nil
+	}
+	if err != nil {
+		return 0, start, err
+	}
+	usd, err = strconv.ParseFloat(string(e.Value()), 64)
+	return usd, start, err
+}
+
+// PausedUntil is the end of a tenant's rate-limit pause (zero: none; a
+// pause already over counts as none).
+func (s *State) PausedUntil(ctx context.Context, tenant string, now time.Time) (time.Time, error) {
+	e, err := s.kv.Get(ctx, pauseKey(tenant))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	until, err := time.Parse(time.RFC3339Nano, string(e.Value()))
+	if err != nil || !until.After(now) {
+		return time.Time{}, err
+	}
+	return until, nil
+}
+
+// Resume ends a tenant's rate-limit pause now (every admitter watches the
+// key); resumed is false when there was none.
+func (s *State) Resume(ctx context.Context, tenant string) (resumed bool, err error) {
+	if _, err := s.kv.Get(ctx, pauseKey(tenant)); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	return true, s.kv.Delete(ctx, pauseKey(tenant))
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/admission"
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
@@ -651,4 +652,44 @@ func TestAdmissionPlacesFollowACancel(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, protocol.StateCancelled, f.Follow("pos", id, wait).Final.State)
 	}
+}
+
+// An operator sees what holds a tenant back and can end a rate-limit
+// pause: `tenant get` shows the budget window's spend and the pause with
+// its end (also for a tenant without settings), and `tenant resume` ends
+// the pause, so the waiting job starts. Before, get said only "no
+// settings" and nothing cleared a pause but its reset time (found by QA).
+func TestCLITenantShowsAndResumesAPause(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 4})
+	log := watchStatuses(t, f.NC, f.Names)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 2}).W)
+	url := f.Srv.ClientURL()
+	reset := time.Now().Add(24 * time.Hour).Unix()
+	f.SubmitJSON("eta", "r1", "/standin ratelimit="+strconv.FormatInt(reset, 10))
+	require.Equal(t, protocol.StateSucceeded, f.Follow("eta", "r1", wait).Final.State)
+	f.SubmitJSON("eta", "r2", "/standin")
+	log.waitFor(t, "r2 held for the pause", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "r2" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonRateLimited
+	})
+
+	code, out, errOut := runCLI(t, url, "", "tenant", "get", "eta")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, out, "paused (rate limited) until ")
+	require.Contains(t, errOut, "has no settings")
+
+	setTenant(t, f, "spent", admission.Settings{BudgetUSD: 2, BudgetWindow: admission.Duration(time.Hour)})
+	f.SubmitJSON("spent", "s1", "/standin cost=0.5")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("spent", "s1", wait).Final.State)
+	waitSpend(t, f, "spent", time.Now(), time.Hour, 0.5)
+	code, out, errOut = runCLI(t, url, "", "tenant", "get", "spent")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, out, "spent $0.5000 of $2 in the window since ")
+
+	code, _, errOut = runCLI(t, url, "", "tenant", "resume", "eta")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Contains(t, errOut, "tenant eta resumed")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("eta", "r2", wait).Final.State, "the pause is over: r2 runs")
+	code, _, errOut = runCLI(t, url, "", "tenant", "get", "eta")
+	require.Equal(t, fleetcli.ExitNotFound, code, errOut)
 }

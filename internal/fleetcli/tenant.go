@@ -8,9 +8,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet/internal/admission"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
 // tenantCmd reads and writes tenant admission settings (KV FLEET_TENANTS).
@@ -23,18 +25,22 @@ type tenantCmd struct {
 
 func (c *tenantCmd) Help() Help {
 	return Help{
-		Name: "tenant", Args: "set|get|ls|rm [<tenant>]",
+		Name: "tenant", Args: "set|get|ls|rm|resume [<tenant>]",
 		Summary: "admission settings of tenants: runs at once, fair-share weight, budget",
 		Description: `Settings live in the KV bucket FLEET_TENANTS; a tenant without settings
 gets the dispatcher's --tenant-max-running and --tenant-weight. set changes
 only the flags given (0 puts a field back to the default). Writing needs the
 dispatcher's NATS credentials (and --inbox-prefix _INBOX_dispatcher with the
-shipped deploy/nats config): producers must not set their own caps.`,
+shipped deploy/nats config): producers must not set their own caps.
+get also shows what holds the tenant back now: its spend in the current
+budget window, and a rate-limit pause with its end; resume ends a pause
+at once (when a reset time was wrong, or the limit was lifted).`,
 		Examples: `dispatcher tenant set acme --max-running 4 --weight 3
 dispatcher tenant set acme --budget-usd 50 --budget-window 24h
 dispatcher tenant get acme
 dispatcher tenant ls
-dispatcher tenant rm acme`,
+dispatcher tenant rm acme
+dispatcher tenant resume acme              # end a rate-limit pause now`,
 	}
 }
 
@@ -50,11 +56,11 @@ func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
 	c.sub = fs.Arg(0)
 	want := 2
 	switch c.sub {
-	case "set", "get", "rm":
+	case "set", "get", "rm", "resume":
 	case "ls":
 		want = 1
 	default:
-		return fmt.Errorf("tenant: want set, get, ls or rm, got %q", c.sub)
+		return fmt.Errorf("tenant: want set, get, ls, rm or resume, got %q", c.sub)
 	}
 	if fs.NArg() != want {
 		return fmt.Errorf("tenant %s takes %d argument(s), got %q", c.sub, want-1, fs.Args()[1:])
@@ -115,15 +121,41 @@ func (c *tenantCmd) Run(ctx context.Context, e *Env) int {
 		printSettings(e, map[string]admission.Settings{c.tenant: cur}, []string{c.tenant})
 	case "get":
 		cur, err := ts.Get(rctx, c.tenant)
-		if errors.Is(err, admission.ErrNoTenant) {
-			fmt.Fprintf(e.Err, "tenant %s has no settings: the dispatcher's defaults apply\n", c.tenant)
-			return ExitNotFound
+		none := errors.Is(err, admission.ErrNoTenant)
+		if err != nil && !none {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
 		}
+		if !none {
+			printSettings(e, map[string]admission.Settings{c.tenant: cur}, []string{c.tenant})
+		}
+		held, err := c.printHolds(rctx, e, cl.JS, cl.Names, cur)
 		if err != nil {
 			fmt.Fprintln(e.Err, err)
 			return ExitUnavailable
 		}
-		printSettings(e, map[string]admission.Settings{c.tenant: cur}, []string{c.tenant})
+		if none {
+			fmt.Fprintf(e.Err, "tenant %s has no settings: the dispatcher's defaults apply\n", c.tenant)
+			if !held {
+				return ExitNotFound
+			}
+		}
+	case "resume":
+		st, err := admission.OpenState(rctx, cl.JS, cl.Names)
+		if err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+		resumed, err := st.Resume(rctx, c.tenant)
+		if err != nil {
+			fmt.Fprintln(e.Err, err)
+			return ExitUnavailable
+		}
+		if !resumed {
+			fmt.Fprintf(e.Err, "tenant %s is not paused\n", c.tenant)
+			return ExitOK
+		}
+		fmt.Fprintf(e.Err, "tenant %s resumed: its rate-limit pause is over\n", c.tenant)
 	case "rm":
 		if err := ts.Delete(rctx, c.tenant); err != nil {
 			fmt.Fprintln(e.Err, err)
@@ -138,6 +170,39 @@ func (c *tenantCmd) Run(ctx context.Context, e *Env) int {
 		printSettings(e, all, names)
 	}
 	return ExitOK
+}
+
+// printHolds prints what holds the tenant back now (its budget window's
+// spend, when it has a budget; a rate-limit pause) and reports whether
+// there was anything to say.
+func (c *tenantCmd) printHolds(ctx context.Context, e *Env, js jetstream.JetStream, names protocol.Names, s admission.Settings) (bool, error) {
+	st, err := admission.OpenState(ctx, js, names)
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	said := false
+	if s.BudgetUSD > 0 && s.BudgetWindow > 0 {
+		usd, start, err := st.Spent(ctx, c.tenant, time.Duration(s.BudgetWindow), now)
+		if err != nil {
+			return false, err
+		}
+		held := ""
+		if usd >= s.BudgetUSD {
+			held = " (budget reached: no new runs until the window ends)"
+		}
+		fmt.Fprintf(e.Out, "spent $%.4f of $%g in the window since %s%s\n", usd, s.BudgetUSD, start.Local().Format(time.DateTime), held)
+		said = true
+	}
+	until, err := st.PausedUntil(ctx, c.tenant, now)
+	if err != nil {
+		return false, err
+	}
+	if !until.IsZero() {
+		fmt.Fprintf(e.Out, "paused (rate limited) until %s: no new runs until then; `dispatcher tenant resume %s` ends it now\n", until.Local().Format(time.DateTime), c.tenant)
+		said = true
+	}
+	return said, nil
 }
 
 func printSettings(e *Env, all map[string]admission.Settings, names []string) {
