@@ -148,15 +148,8 @@ func TestAgentStderrReachesFollowAndStatus(t *testing.T) {
 // and no worker ever starts it (issue 8.6).
 func TestCancelOfAQueuedJobShowsCancelledAtOnce(t *testing.T) {
 	t.Parallel()
-	f := fleettest.New(t, fleettest.Opts{})
-	started := make(chan string, 8)
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
-	}})
-	fleettest.WaitReady(t, w.W)
+	f, started := busyFleet(t, "busy")
 	url := f.Srv.ClientURL()
-	f.SubmitJSON("default", "busy", "/standin sleep=1h")
-	require.Equal(t, "busy", <-started)
 
 	code, _, errOut := runCLI(t, url, "", "submit", "--id", "waiting", "never runs")
 	require.Equal(t, fleetcli.ExitOK, code, errOut)
@@ -206,15 +199,8 @@ func TestCancelOfAQueuedJobShowsCancelledAtOnce(t *testing.T) {
 // the CLI refused and sent nothing (found by QA).
 func TestCLICancelOfADirectlyPublishedWaitingJob(t *testing.T) {
 	t.Parallel()
-	f := fleettest.New(t, fleettest.Opts{})
-	started := make(chan string, 8)
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
-	}})
-	fleettest.WaitReady(t, w.W)
+	f, started := busyFleet(t, "busy-d")
 	url := f.Srv.ClientURL()
-	f.SubmitJSON("default", "busy-d", "/standin sleep=1h")
-	require.Equal(t, "busy-d", <-started)
 	f.SubmitJSON("default", "direct", "never runs")
 
 	code, _, errOut := runCLI(t, url, "", "cancel", "direct")
@@ -228,4 +214,20 @@ func TestCLICancelOfADirectlyPublishedWaitingJob(t *testing.T) {
 	f.SubmitJSON("default", "after-d", "x")
 	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "after-d", wait).Final.State)
 	require.Equal(t, "after-d", <-started, "the cancelled job was never started")
+}
+
+// busyFleet is a fleet whose one worker slot is taken by busy (a stand-in
+// that sleeps an hour until cancelled), and a channel that names each run
+// as it starts (busy's start already taken from it).
+func busyFleet(t *testing.T, busy string) (*fleettest.Fleet, chan string) {
+	t.Helper()
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 8)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}})
+	fleettest.WaitReady(t, w.W)
+	f.SubmitJSON("default", busy, "/standin sleep=1h")
+	require.Equal(t, busy, <-started)
+	return f, started
 }

@@ -187,18 +187,7 @@ func TestWorkspaceCredentialsNeverReachTheAgent(t *testing.T) {
 // once; the attempt is an infrastructure failure and the next one runs.
 func TestWorkspaceTransientFetchErrorIsRetried(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
-	repo := workspacetest.NewRepo(t, tmp)
-	srv := workspacetest.Serve(t, tmp, "u", "p")
-	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://u:p@", 1)))
-	require.NoError(t, err)
-	f := fleettest.New(t, fleettest.Opts{})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		ws, err := workspace.New(workspace.Config{Store: f.Objects, Credentials: creds})
-		require.NoError(t, err)
-		c.Workspaces = ws
-	}})
-	fleettest.WaitReady(t, w.W)
+	f, srv, repo := fleetWithServedRepo(t, fleettest.Opts{})
 	srv.FailNext.Store(1)
 	submitWorkspaceJob(t, f, "ws-flaky", "/standin append=x.txt", protocol.Workspace{Repo: srv.URL + "/origin.git"})
 	r := f.Follow("default", "ws-flaky", wait)
@@ -319,18 +308,7 @@ func TestWorkspaceOnCloudflareEndToEnd(t *testing.T) {
 // the retrying statuses before it.
 func TestDeadLetteredJobKeepsTheLastAttemptsReason(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
-	workspacetest.NewRepo(t, tmp)
-	srv := workspacetest.Serve(t, tmp, "u", "p")
-	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://u:p@", 1)))
-	require.NoError(t, err)
-	f := fleettest.New(t, fleettest.Opts{MaxDeliver: 2})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		ws, err := workspace.New(workspace.Config{Store: f.Objects, Credentials: creds})
-		require.NoError(t, err)
-		c.Workspaces = ws
-	}})
-	fleettest.WaitReady(t, w.W)
+	f, srv, _ := fleetWithServedRepo(t, fleettest.Opts{MaxDeliver: 2})
 	srv.FailNext.Store(100)
 	submitWorkspaceJob(t, f, "ws-dead", "/standin append=x.txt", protocol.Workspace{Repo: srv.URL + "/origin.git"})
 	r := f.Follow("default", "ws-dead", wait)
@@ -338,4 +316,24 @@ func TestDeadLetteredJobKeepsTheLastAttemptsReason(t *testing.T) {
 	require.Equal(t, protocol.CodeMaxDeliveries, r.Final.Error.Code)
 	require.Contains(t, r.Final.Error.Message, "the last attempt: ")
 	require.Contains(t, r.Final.Error.Message, "workspace checkout")
+}
+
+// fleetWithServedRepo is a fleet (o) with one worker that checks out from a
+// repository served over HTTP with basic auth (git http-backend), whose
+// credentials the worker holds.
+func fleetWithServedRepo(t *testing.T, o fleettest.Opts) (*fleettest.Fleet, *workspacetest.Server, *workspacetest.Repo) {
+	t.Helper()
+	tmp := t.TempDir()
+	repo := workspacetest.NewRepo(t, tmp)
+	srv := workspacetest.Serve(t, tmp, "u", "p")
+	creds, err := workspace.ParseCredentials([]byte(strings.Replace(srv.URL, "://", "://u:p@", 1)))
+	require.NoError(t, err)
+	f := fleettest.New(t, o)
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		ws, err := workspace.New(workspace.Config{Store: f.Objects, Credentials: creds})
+		require.NoError(t, err)
+		c.Workspaces = ws
+	}})
+	fleettest.WaitReady(t, w.W)
+	return f, srv, repo
 }
