@@ -221,12 +221,7 @@ func TestCLICancelOfADirectlyPublishedWaitingJob(t *testing.T) {
 // as it starts (busy's start already taken from it).
 func busyFleet(t *testing.T, busy string) (*fleettest.Fleet, chan string) {
 	t.Helper()
-	f := fleettest.New(t, fleettest.Opts{})
-	started := make(chan string, 8)
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
-		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
-	}})
-	fleettest.WaitReady(t, w.W)
+	f, started := fleetWithRunStarted(t)
 	f.SubmitJSON("default", busy, "/standin sleep=1h")
 	require.Equal(t, busy, <-started)
 	return f, started
