@@ -432,34 +432,29 @@ func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
 func (a *Admitter) seenCost(data []byte) {
 	// Most tenants have no budget: decide that before decoding the event.
 	tenant, ok := jsonField(data, `"tenant":"`)
-	if !ok {
+	if !ok || !protocol.ValidTenant(tenant) {
 		return
 	}
 	a.mu.Lock()
-	budget := a.cfg.Policy.Effective(a.settings[tenant]).BudgetUSD
+	eff := a.cfg.Policy.Effective(a.settings[tenant])
 	a.mu.Unlock()
-	if budget <= 0 {
+	if eff.BudgetUSD <= 0 {
 		return
 	}
 	var ev struct {
-		Tenant string `json:"tenant"`
 		Result *struct {
 			TotalCostUSD float64 `json:"total_cost_usd"`
 		} `json:"result"`
 	}
-	if json.Unmarshal(data, &ev) != nil || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) || !protocol.ValidTenant(ev.Tenant) {
+	if json.Unmarshal(data, &ev) != nil || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) {
 		return
 	}
 	now := a.cfg.Now()
+	w := WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	eff := a.cfg.Policy.Effective(a.settings[ev.Tenant])
-	if eff.BudgetUSD <= 0 {
-		return
-	}
-	w := WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()
-	live := slices.DeleteFunc(a.unrecorded[ev.Tenant], func(u unrecordedCost) bool { return now.Sub(u.at) >= unrecordedFor })
-	a.unrecorded[ev.Tenant] = append(live, unrecordedCost{window: w, cost: ev.Result.TotalCostUSD, base: a.spend[ev.Tenant][w], at: now})
+	live := slices.DeleteFunc(a.unrecorded[tenant], func(u unrecordedCost) bool { return now.Sub(u.at) >= unrecordedFor })
+	a.unrecorded[tenant] = append(live, unrecordedCost{window: w, cost: ev.Result.TotalCostUSD, base: a.spend[tenant][w], at: now})
 }
 
 // RecordSpend adds the total_cost_usd of the terminal results among evs to
@@ -839,7 +834,7 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	// The fleet's cap is the work consumer's MaxAckPending (the dispatcher
 	// started last set it), not this dispatcher's flag.
 	pol := a.cfg.Policy
-	pol.FleetCap = a.fleetCap()
+	pol.FleetCap = a.FleetCap()
 	active := make([]string, 0, len(queued))
 	for t, c := range queued {
 		if c > 0 {
@@ -886,13 +881,10 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	return res, nil
 }
 
-// FleetCap is the fleet's cap the admitter admits up to (see fleetCap).
-func (a *Admitter) FleetCap() int { return a.fleetCap() }
-
-// fleetCap is the fleet's cap a pass admits up to: the work consumer's
-// MaxAckPending, which is what workers are held to, once read; until then
-// Policy.FleetCap (this dispatcher's --max-concurrency).
-func (a *Admitter) fleetCap() int {
+// FleetCap is the fleet's cap a pass admits up to: the work consumer's
+// MaxAckPending, which is what workers are held to, once read while
+// leading; until then Policy.FleetCap (this dispatcher's --max-concurrency).
+func (a *Admitter) FleetCap() int {
 	if c := a.workCap.Load(); c > 0 {
 		return int(c)
 	}
@@ -909,7 +901,7 @@ func (a *Admitter) readFleetCap(ctx context.Context) {
 	defer cancel()
 	c, err := a.stream.Consumer(rctx, a.names.Consumer())
 	if err != nil {
-		return // kept as it was; read again at the next renewal round
+		return // kept as it was; read again a lease TTL later
 	}
 	n := int64(c.CachedInfo().Config.MaxAckPending)
 	if n <= 0 {
