@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
-	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -135,17 +134,10 @@ func (s *Service) handleCancel(m micro.Request) {
 		s.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("ending the queued query at once")
 	}
 	if st == nil {
-		// A parked session: ended here (the sessions consumer would end
-		// it too, from the .ctl cancel; the second compare-and-set fails).
+		// A parked session: ended here, or already by the sessions
+		// consumer from the .ctl cancel (then the reply says how).
 		if st, err = s.cancelParked(ctx, ref.Tenant, ref.ID); err != nil {
 			s.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("ending the parked session at once")
-		}
-	}
-	if st == nil {
-		// Ended meanwhile (the sessions consumer may have ended a parked
-		// session first): the reply says how.
-		if _, last, err := fence.LastStatus(ctx, s.cfg.NC, s.names.QueriesStream(), s.names.QueryStatus(ref.Tenant, ref.ID)); err == nil && last != nil && last.State.Terminal() {
-			st = last
 		}
 	}
 	reply(m, protocol.APIReply{OK: true, Status: st})

@@ -117,7 +117,7 @@ func (s *Service) expireParked(ctx context.Context, ttl time.Duration) {
 		if json.Unmarshal(raw.Data, &last) != nil || last.State != protocol.StateParked || time.Since(last.At) < ttl {
 			continue
 		}
-		if _, err := s.endParked(ctx, raw, last, protocol.StateSucceeded, nil); err != nil {
+		if _, err := s.endParked(ctx, subj, raw.Sequence, last, protocol.StateSucceeded, nil); err != nil {
 			continue // resumed meanwhile (the compare-and-set failed), or NATS trouble: next sweep
 		}
 		s.log.Info().Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("parked session expired (--session-ttl)")
@@ -125,9 +125,10 @@ func (s *Service) expireParked(ctx context.Context, ttl time.Duration) {
 }
 
 // endParked ends a parked session with state: a compare-and-set on its
-// parked status (raw, decoded as last), so a session resumed meanwhile is
-// left alone. The stream already ends with the last turn's result line.
-func (s *Service) endParked(ctx context.Context, raw *jetstream.RawStreamMsg, last protocol.StatusEvent, state protocol.State, why *protocol.ErrorInfo) (*protocol.StatusEvent, error) {
+// parked status last (stream sequence seq on subject), so a session resumed
+// meanwhile is left alone. The stream already ends with the last turn's
+// result line.
+func (s *Service) endParked(ctx context.Context, subject string, seq uint64, last protocol.StatusEvent, state protocol.State, why *protocol.ErrorInfo) (*protocol.StatusEvent, error) {
 	end := last
 	end.State, end.At, end.Worker, end.Error = state, time.Now().UTC(), "", why
 	end.CtlSeq = 0
@@ -136,10 +137,10 @@ func (s *Service) endParked(ctx context.Context, raw *jetstream.RawStreamMsg, la
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(raw.Subject)
+	m := nats.NewMsg(subject)
 	m.Data = b
 	m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(raw.Sequence))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(seq))
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return nil, err
 	}
@@ -153,35 +154,36 @@ func (s *Service) endParked(ctx context.Context, raw *jetstream.RawStreamMsg, la
 
 // cancelParked ends ref as cancelled if its last status is parked (SPEC 9:
 // cancel ends a session as cancelled, parked or not; no worker holds a
-// parked one to see the cancel). It returns the status it wrote, or nil
-// when the query is not parked (or was resumed meanwhile: the worker that
-// runs the continuation has the cancel on record).
+// parked one to see the cancel). It returns the status it wrote, the
+// query's terminal status if it had ended (another dispatcher's cancel
+// may have come first), or nil when the query is neither parked nor ended
+// (or was resumed meanwhile: the worker that runs the continuation has the
+// cancel on record).
 func (s *Service) cancelParked(ctx context.Context, tenant, id string) (*protocol.StatusEvent, error) {
-	st, err := s.js.Stream(ctx, s.names.QueriesStream())
-	if err != nil {
-		return nil, err
+	// From the stream's leader, as cancelQueued reads: the compare-and-set
+	// below is against it.
+	subject := s.names.QueryStatus(tenant, id)
+	for try := 0; ; try++ {
+		seq, last, err := fence.LastStatus(ctx, s.cfg.NC, s.names.QueriesStream(), subject)
+		switch {
+		case err != nil || last == nil:
+			return nil, err
+		case last.State.Terminal():
+			return last, nil
+		case last.State != protocol.StateParked || try > 0:
+			return nil, nil
+		}
+		end, err := s.endParked(ctx, subject, seq, *last, protocol.StateCancelled, &protocol.ErrorInfo{
+			Code: protocol.CodeCancelled, Message: "dispatcher: the session was cancelled while parked"})
+		if fence.WrongLastSequence(err) {
+			continue // resumed or ended meanwhile: look once more
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info().Str("tenant", tenant).Str("query_id", id).Msg("parked session cancelled")
+		return end, nil
 	}
-	raw, err := st.GetLastMsgForSubject(ctx, s.names.QueryStatus(tenant, id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var last protocol.StatusEvent
-	if json.Unmarshal(raw.Data, &last) != nil || last.State != protocol.StateParked {
-		return nil, nil
-	}
-	end, err := s.endParked(ctx, raw, last, protocol.StateCancelled, &protocol.ErrorInfo{
-		Code: protocol.CodeCancelled, Message: "dispatcher: the session was cancelled while parked"})
-	if fence.WrongLastSequence(err) {
-		return nil, nil // resumed or ended meanwhile
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info().Str("tenant", tenant).Str("query_id", id).Msg("parked session cancelled")
-	return end, nil
 }
 
 func resultSeq(ev protocol.StatusEvent) uint64 {
