@@ -38,7 +38,7 @@ type Common struct {
 // inbox prefix (_INBOX_<role>).
 func AddCommon(fs *pflag.FlagSet, c *Common, role string) {
 	fs.StringVar(&c.InboxPrefix, "inbox-prefix", "_INBOX_"+role, "reply inbox prefix, for per-role NATS permissions (env FLEET_INBOX_PREFIX)")
-	fs.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated (env FLEET_NATS_URL)")
+	fs.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated (env FLEET_NATS_URL, else NATS_URL)")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (env FLEET_NATS_CREDS)")
 	fs.StringVar(&c.Prefix, "prefix", "fleet", "subject prefix (env FLEET_PREFIX)")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or console (env FLEET_LOG_FORMAT)")
@@ -48,6 +48,9 @@ func AddCommon(fs *pflag.FlagSet, c *Common, role string) {
 // Parse parses args into fs after filling every flag from its environment
 // variable: FLEET_ + the flag name upper-cased with '-' as '_' (so
 // --nats-url reads FLEET_NATS_URL). Flags given on the command line win.
+// A flag whose FLEET_ variable is unset falls back to the variable other
+// tools use for the same thing (NATS_URL, as the nats CLI and nats.go users
+// set it, for --nats-url): flag > FLEET_NATS_URL > NATS_URL > default.
 func Parse(fs *pflag.FlagSet, args []string) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -55,7 +58,12 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 			return
 		}
 		env := EnvName(f.Name)
-		if v, ok := os.LookupEnv(env); ok && v != "" {
+		v, ok := os.LookupEnv(env)
+		if (!ok || v == "") && fallbackEnv[env] != "" {
+			env = fallbackEnv[env]
+			v, ok = os.LookupEnv(env)
+		}
+		if ok && v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", env, v, e)
 			}
@@ -66,6 +74,10 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 	}
 	return fs.Parse(args)
 }
+
+// fallbackEnv names, for a FLEET_ variable, the variable read when it is
+// unset.
+var fallbackEnv = map[string]string{"FLEET_NATS_URL": "NATS_URL"}
 
 // RedactURLs hides passwords in a comma-separated list of server URLs, for
 // messages and logs.

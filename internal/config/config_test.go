@@ -41,6 +41,26 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 	require.Equal(t, "FLEET_NATS_URL", config.EnvName("nats-url"))
 }
 
+// NATS_URL, the variable the nats CLI and nats.go users set, is read when
+// FLEET_NATS_URL is not: flag > FLEET_NATS_URL > NATS_URL > default.
+func TestNATSURLFallsBackToTheNATSCLIsVariable(t *testing.T) {
+	parse := func(args ...string) string {
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		var c config.Common
+		config.AddCommon(fs, &c, "client")
+		require.NoError(t, config.Parse(fs, args))
+		return c.NATSURL
+	}
+	t.Setenv("FLEET_NATS_URL", "")
+	t.Setenv("NATS_URL", "")
+	require.Equal(t, "nats://127.0.0.1:4222", parse(), "the default with neither set")
+	t.Setenv("NATS_URL", "nats://from-nats-url:4222")
+	require.Equal(t, "nats://from-nats-url:4222", parse(), "NATS_URL when FLEET_NATS_URL is unset")
+	t.Setenv("FLEET_NATS_URL", "nats://from-fleet:4222")
+	require.Equal(t, "nats://from-fleet:4222", parse(), "FLEET_NATS_URL wins over NATS_URL")
+	require.Equal(t, "nats://from-flag:4222", parse("--nats-url", "nats://from-flag:4222"), "the flag wins over both")
+}
+
 func TestBadEnvironmentValueIsAnError(t *testing.T) {
 	t.Setenv("FLEET_SLOTS", "many")
 	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
