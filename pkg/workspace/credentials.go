@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Credentials are the worker's git credentials for http(s) remotes, read
@@ -18,8 +20,30 @@ import (
 // with user and password percent-encoded. A repository uses the entry with
 // the same scheme and host whose path is the longest prefix of its own path.
 // The zero value holds none. Its String never shows a secret.
+//
+// Credentials loaded from a file follow it: each use looks at the file
+// and reads it again when it changed (rotated credentials need no
+// restart). A file that cannot be read or parsed any more keeps the last
+// good entries, and the failure is said where they are refused.
 type Credentials struct {
 	entries []credential
+	file    *credFile
+}
+
+// credFile is a credential-store file and what was last read from it.
+type credFile struct {
+	path    string
+	mu      sync.Mutex
+	stamp   fileStamp
+	entries []credential
+	err     error // the last reading's failure; entries are the last good ones
+}
+
+// fileStamp tells one version of a file from another.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+	ino  uint64
 }
 
 type credential struct {
@@ -29,23 +53,70 @@ type credential struct {
 
 // String names the hosts, never the secrets.
 func (c Credentials) String() string {
-	hosts := make([]string, len(c.entries))
-	for i, e := range c.entries {
+	entries, _ := c.current()
+	hosts := make([]string, len(entries))
+	for i, e := range entries {
 		hosts[i] = e.scheme + "://" + e.host + e.path
 	}
 	return "git credentials for " + strings.Join(hosts, ", ")
 }
 
 // Len is the number of entries.
-func (c Credentials) Len() int { return len(c.entries) }
+func (c Credentials) Len() int {
+	entries, _ := c.current()
+	return len(entries)
+}
 
-// LoadCredentials reads a credential-store file.
+// LoadCredentials reads a credential-store file; the Credentials returned
+// read it again whenever it changes.
 func LoadCredentials(path string) (Credentials, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Credentials{}, fmt.Errorf("workspace: reading git credentials: %w", err)
+	f := &credFile{path: path}
+	if err := f.reload(); err != nil {
+		return Credentials{}, err
 	}
-	return ParseCredentials(b)
+	return Credentials{file: f}, nil
+}
+
+// current returns the entries in force, and why the file could not be read
+// again if it could not (the entries are then the last good ones).
+func (c Credentials) current() ([]credential, error) {
+	if c.file == nil {
+		return c.entries, nil
+	}
+	c.file.mu.Lock()
+	defer c.file.mu.Unlock()
+	if err := c.file.reload(); err != nil {
+		c.file.err = err
+	} else {
+		c.file.err = nil
+	}
+	return c.file.entries, c.file.err
+}
+
+// reload reads the file when its stamp changed since the last good read.
+// Callers hold mu (LoadCredentials needs none: the file is not shared yet).
+func (f *credFile) reload() error {
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return fmt.Errorf("workspace: reading git credentials: %w", err)
+	}
+	stamp := stampOf(fi)
+	if f.entries != nil && stamp == f.stamp {
+		return nil
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		return fmt.Errorf("workspace: reading git credentials: %w", err)
+	}
+	c, err := ParseCredentials(b)
+	if err != nil {
+		return err
+	}
+	f.entries, f.stamp = c.entries, stamp
+	if f.entries == nil {
+		f.entries = []credential{}
+	}
+	return nil
 }
 
 // ParseCredentials parses credential-store lines. Blank lines and lines
@@ -106,25 +177,26 @@ func (e credential) authorization() string {
 }
 
 func (c Credentials) match(rawURL string) (credential, bool) {
+	entries, _ := c.current()
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
 		return credential{}, false
 	}
 	host := strings.ToLower(u.Host)
 	best := -1
-	for i, e := range c.entries {
+	for i, e := range entries {
 		if e.scheme != u.Scheme || e.host != host {
 			continue
 		}
 		if e.path != "" && u.Path != e.path && !strings.HasPrefix(u.Path, e.path+"/") {
 			continue
 		}
-		if best < 0 || len(e.path) > len(c.entries[best].path) {
+		if best < 0 || len(e.path) > len(entries[best].path) {
 			best = i
 		}
 	}
 	if best < 0 {
 		return credential{}, false
 	}
-	return c.entries[best], true
+	return entries[best], true
 }

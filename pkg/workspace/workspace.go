@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -129,6 +130,9 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 		return fail(false, err.Error())
 	}
 	if r.code != 0 {
+		if authRefused(r.stderr) {
+			return fail(true, w.refusal(sb, ws.Repo, call.authKey != "")+" (git fetch: "+lastLines(r.stderr)+")")
+		}
 		return fail(permanentFetchError(r.stderr), "git fetch: "+lastLines(r.stderr))
 	}
 	if w.cfg.MaxBytes > 0 {
@@ -185,6 +189,41 @@ func (w *Workspaces) objectBytes(ctx context.Context, sb sandbox.Sandbox) (int64
 		}
 	}
 	return kib << 10, nil
+}
+
+// authRefused tells, by git's message, a remote that refused to let git in
+// (no credentials, or refused ones) from other failures.
+func authRefused(stderr string) bool {
+	s := strings.ToLower(stderr)
+	for _, p := range []string{
+		"authentication failed", "could not read username", "could not read password",
+		"terminal prompts disabled", "returned error: 401", "invalid username or password",
+	} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusal says, naming the remote's host, that it refused the credentials
+// git was given or asked for some the worker has none of. sent tells which.
+func (w *Workspaces) refusal(sb sandbox.Sandbox, repo string, sent bool) string {
+	host := protocol.RedactRepo(repo)
+	if u, err := url.Parse(repo); err == nil && u.Host != "" {
+		host = u.Scheme + "://" + u.Host
+	}
+	if _, brokered := sb.(sandbox.GitCredentialsBrokered); brokered {
+		return "the remote " + host + " refused the git credentials the sandbox provider holds for it, or it holds none"
+	}
+	if sent {
+		msg := "the remote " + host + " refused the worker's git credentials for it"
+		if _, err := w.cfg.Credentials.current(); err != nil {
+			msg += " (the credentials file could not be read again, so the last good ones were used: " + err.Error() + ")"
+		}
+		return msg
+	}
+	return "the remote " + host + " asks for credentials and the worker has none for it (--git-credentials)"
 }
 
 // permanentFetchError tells a missing repository or ref, or refused
@@ -478,6 +517,9 @@ func (w *Workspaces) push(ctx context.Context, sb sandbox.Sandbox, base Base, en
 		reason := lastLines(r.stderr)
 		if out := strings.TrimSpace(string(r.stdout)); out != "" {
 			reason = lastLines(out + "\n" + reason)
+		}
+		if authRefused(r.stderr) {
+			reason = w.refusal(sb, repo, call.authKey != "") + " (" + reason + ")"
 		}
 		return fmt.Errorf("push of %s to %s rejected: %s", base.Branch, protocol.RedactRepo(repo), reason)
 	}
