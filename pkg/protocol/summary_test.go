@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -59,4 +61,48 @@ func TestAFailedCaptureIsASummaryToo(t *testing.T) {
 	ws := keys(t, b)
 	require.JSONEq(t, "false", string(ws["pushed"]))
 	require.JSONEq(t, `"disk full"`, string(ws["capture_error"]))
+}
+
+// The summaries' encoders list their fields by hand: a field added to the
+// type must be added there too, or it would vanish from the wire.
+func TestSummaryEncodersKeepEveryField(t *testing.T) {
+	t.Parallel()
+	for _, v := range []any{&ResultSummary{}, &WorkspaceStatus{}} {
+		rv := reflect.ValueOf(v).Elem()
+		want := map[string]bool{}
+		for i := 0; i < rv.NumField(); i++ {
+			f := rv.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || name == "" {
+				continue
+			}
+			want[name] = true
+			switch fv := rv.Field(i); fv.Kind() {
+			case reflect.String:
+				fv.SetString("x")
+			case reflect.Bool:
+				fv.SetBool(true)
+			case reflect.Int, reflect.Int64:
+				fv.SetInt(1)
+			case reflect.Uint64:
+				fv.SetUint(1)
+			case reflect.Float64:
+				fv.SetFloat(1)
+			case reflect.Slice:
+				if f.Type == reflect.TypeOf(json.RawMessage(nil)) {
+					fv.SetBytes([]byte(`{"n":1}`))
+				} else {
+					fv.Set(reflect.ValueOf([]string{"x"}))
+				}
+			default:
+				t.Fatalf("%T.%s: teach this test its kind %s", v, f.Name, fv.Kind())
+			}
+		}
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		got := keys(t, b)
+		for name := range want {
+			require.Contains(t, got, name, "%T drops %s: add it to its MarshalJSON", v, name)
+		}
+	}
 }
