@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -436,7 +437,7 @@ func (r dispatchResult) fleetCPUms() float64 {
 // fleet's three from /proc; the baseline's own spawning and reading).
 func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	r.jobs = d.jobs
-	cmd := fleettest.AgentCommand(t)
+	argv := agentArgv(standin(t))
 	var next atomic.Int64
 	cpu0 := cpuTime(t)
 	start := time.Now()
@@ -444,7 +445,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	for range d.slots {
 		wg.Go(func() {
 			for next.Add(1) <= int64(d.jobs) {
-				c := exec.Command(cmd[0], append(cmd[1:], "-p", "--output-format", "stream-json", "--verbose")...)
+				c := exec.Command(argv[0], argv[1:]...)
 				c.Stdin = strings.NewReader(d.prompt())
 				out, err := c.StdoutPipe()
 				if err != nil {
@@ -497,12 +498,26 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[i]) / float64(time.Millisecond)
 }
 
+// standin builds the stand-in agent the fleet's worker runs in these
+// benchmarks (bin/fleet-standin-agent, `--agent-cmd`), so that every
+// baseline spawns the same program as the fleet: the test binary in
+// stand-in mode is a far larger program, and a baseline that spawns it
+// measures the fleet against slower work.
+func standin(t testing.TB) []string {
+	return []string{build(t, t.TempDir(), "./cmd/fleet-standin-agent")}
+}
+
+// agentArgv is the argv the worker gives a one-shot job with no options:
+// the command and agent.BaseArgs.
+func agentArgv(cmd []string) []string { return agent.BuildArgv(cmd, protocol.Options{}) }
+
 // bareSpawn is the baseline of first-line latency: it spawns the same
-// stand-in with the same prompt and returns how long its first stdout line
-// took.
+// stand-in with the same argv and prompt as the fleet's worker and returns
+// how long its first stdout line took.
 func bareSpawn(t testing.TB, cmd []string) time.Duration {
 	t0 := time.Now()
-	c := exec.Command(cmd[0], append(cmd[1:], "-p", "--output-format", "stream-json", "--verbose")...)
+	argv := agentArgv(cmd)
+	c := exec.Command(argv[0], argv[1:]...)
 	c.Stdin = strings.NewReader("hi")
 	out, err := c.StdoutPipe()
 	require.NoError(t, err)
@@ -521,7 +536,7 @@ func bareSpawn(t testing.TB, cmd []string) time.Duration {
 // interleaved so both see the same machine), and agent-write-to-subscriber
 // for single lines, on the fleet as processes.
 func latency(t testing.TB, sz sizes) (p50, p99, bare50, bare99, lineP99 float64) {
-	cmd := fleettest.AgentCommand(t)
+	cmd := standin(t)
 	f := startFleetProcs(t, 1, "file")
 	done, stop := terminalWatcher(t, f.nc, f.names)
 	defer stop()

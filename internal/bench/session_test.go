@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/session"
 )
 
 // sessionFigures are the session benchmark's results, in milliseconds.
@@ -28,8 +30,9 @@ type sessionFigures struct {
 // (resume: continuation job, checkpoint restored, a new process), and the
 // baseline: spawning the same agent bare and reading its first line.
 func sessions(t testing.TB, inputs, resumes int) sessionFigures {
+	bin := standin(t)
 	f := fleettest.New(t, fleettest.Opts{})
-	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2, AgentMod: func(c *agent.Config) { c.Command = bin }})
 	fleettest.WaitReady(t, w.W)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -130,19 +133,28 @@ func sessions(t testing.TB, inputs, resumes int) sessionFigures {
 	untilState(parked, protocol.StateParked)
 	fig.resumeP50 = percentile(res, 0.5)
 
-	// Baseline: the same agent spawned bare, prompt on stdin, first line read.
-	agent := fleettest.AgentCommand(t)
+	// Baseline: the same agent program spawned bare with a session's argv
+	// (the worker's: agent.BaseArgs and session.InputArgs), its first user
+	// message written, its first line read.
+	argv := append(agentArgv(bin), session.InputArgs...)
+	first, err := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": "hi"}})
+	require.NoError(t, err)
 	var spawn []time.Duration
 	for range max(inputs, resumes) {
 		t0 := time.Now()
-		cmd := exec.Command(agent[0], agent[1:]...)
-		cmd.Stdin = strings.NewReader("hi")
+		cmd := exec.Command(argv[0], argv[1:]...)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
+		_, err = stdin.Write(append(first, '\n'))
+		require.NoError(t, err)
 		_, err = bufio.NewReader(out).ReadString('\n')
 		require.NoError(t, err)
 		spawn = append(spawn, time.Since(t0))
+		_ = stdin.Close()
+		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
 	}
 	fig.spawnP50 = percentile(spawn, 0.5)
