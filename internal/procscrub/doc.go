@@ -20,5 +20,5 @@
 // What it cannot hide: a root agent can still read the worker's memory,
 // and any agent can read files the worker's user can read (a
 // --git-credentials or --nats-creds file). Run untrusted agents under the
-// Cloudflare provider, or as another user (README, "Secrets").
+// Cloudflare provider, or as another user (docs/agents.md, "Secrets").
 package procscrub
