@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/repocache"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -36,6 +37,11 @@ type Config struct {
 	AllowFile bool
 	// MaxBytes fails a checkout whose fetched objects are larger (0 = no limit).
 	MaxBytes int64
+	// Cache, when set, keeps a mirror per repository whose objects
+	// checkouts borrow (SPEC 15), for sandboxes whose working directory is
+	// on this machine (sandbox.HostWorkDir). A cache that fails leaves the
+	// checkout to fetch from the remote as it would without one.
+	Cache *repocache.Cache
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
@@ -73,7 +79,19 @@ type Base struct {
 	Spec     Spec
 	StartSHA string
 	Branch   string
+	// Cache says how the repository cache served the checkout: CacheHit,
+	// CacheMiss (the mirror fetched what was new), or "" with no cache;
+	// CacheCold says why the cache could not serve it.
+	Cache     string
+	CacheCold string
 }
+
+// Base.Cache values.
+const (
+	CacheHit  = "hit"
+	CacheMiss = "miss"
+	CacheCold = "cold"
+)
 
 // Checkout checks spec's repository out at its ref into sb's workspace root,
 // which must be empty, on a new branch (spec's branch) at the resolved
@@ -115,6 +133,11 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 	if ref == "" {
 		ref = "HEAD"
 	}
+	if sha, done, err := w.fromCache(ctx, sb, spec, &base); err != nil {
+		return fail(true, err.Error())
+	} else if done {
+		return w.finishCheckout(ctx, sb, base, sha, fail)
+	}
 	args := []string{"fetch", "-q", "--no-tags", "--no-recurse-submodules"}
 	if d := ws.CloneDepth(); d > 0 {
 		args = append(args, "--depth", strconv.Itoa(d))
@@ -135,6 +158,12 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 		}
 		return fail(permanentFetchError(r.stderr), "git fetch: "+lastLines(r.stderr))
 	}
+	return w.finishCheckout(ctx, sb, base, "FETCH_HEAD", fail)
+}
+
+// finishCheckout checks the fetched commit (rev, FETCH_HEAD or a commit
+// id) out on the work branch, after the size check.
+func (w *Workspaces) finishCheckout(ctx context.Context, sb sandbox.Sandbox, base Base, rev string, fail func(bool, string) (Base, error)) (Base, error) {
 	if w.cfg.MaxBytes > 0 {
 		size, err := w.objectBytes(ctx, sb)
 		if err != nil {
@@ -145,7 +174,7 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 				(size+1<<20-1)>>20, w.cfg.MaxBytes>>20))
 		}
 	}
-	sha, err := w.mustGit(ctx, sb, "resolve", "rev-parse", "--verify", "-q", "FETCH_HEAD^{commit}")
+	sha, err := w.mustGit(ctx, sb, "resolve", "rev-parse", "--verify", "-q", rev+"^{commit}")
 	if err != nil {
 		return fail(true, "the ref does not name a commit")
 	}

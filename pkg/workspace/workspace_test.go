@@ -2,6 +2,7 @@ package workspace_test
 
 import (
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentfleet/agentfleet/pkg/repocache"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/bridgefake"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
@@ -25,6 +27,35 @@ func TestLocal(t *testing.T) {
 		require.NoError(t, err)
 		return l
 	}, workspacetest.Features{Dir: func(id string) string { return filepath.Join(root, id) }})
+}
+
+// TestLocalCached runs the suite again with a repository cache shared by
+// every checkout of the test (SPEC 15): each must behave as without one,
+// and the cache must serve them.
+func TestLocalCached(t *testing.T) {
+	root := t.TempDir()
+	cache, err := repocache.Open(repocache.Config{Dir: filepath.Join(t.TempDir(), "cache"), AllowFile: true})
+	require.NoError(t, err)
+	var served atomic.Int64
+	// After every (parallel) subtest of the suite:
+	t.Cleanup(func() {
+		mirrors, err := filepath.Glob(filepath.Join(cache.Dir(), "mirrors", "*.git"))
+		require.NoError(t, err)
+		require.NotEmpty(t, mirrors, "the cache served the suite's checkouts")
+		require.Positive(t, served.Load())
+	})
+	workspacetest.Exercise(t, func(t *testing.T) sandbox.Provider {
+		l, err := sandbox.NewLocal(sandbox.LocalConfig{Root: root})
+		require.NoError(t, err)
+		return l
+	}, workspacetest.Features{
+		Dir:    func(id string) string { return filepath.Join(root, id) },
+		Cached: true,
+		Config: func(t *testing.T, cfg *workspace.Config) {
+			cfg.Cache = cache
+			served.Add(1)
+		},
+	})
 }
 
 // TestCloudflare runs the same suite through the Cloudflare provider against

@@ -34,6 +34,20 @@ type Features struct {
 	// Worker) and the Dir function of its sandboxes. Nil: the provider of
 	// newProvider, with creds given to the worker's workspace.Config.
 	WithGitCredentials func(t *testing.T, creds workspace.Credentials) (sandbox.Provider, func(sandboxID string) string)
+	// Config, if set, changes every workspace.Config the suite makes (to
+	// give it a repository cache, say).
+	Config func(t *testing.T, cfg *workspace.Config)
+	// Cached says the checkouts come from a repository cache, which gives
+	// them the whole history whatever their depth.
+	Cached bool
+}
+
+// newWorkspaces is workspace.New with the provider's Config changes.
+func (s *suite) newWorkspaces(t *testing.T, cfg workspace.Config) (*workspace.Workspaces, error) {
+	if s.f.Config != nil {
+		s.f.Config(t, &cfg)
+	}
+	return workspace.New(cfg)
 }
 
 type suite struct {
@@ -93,7 +107,7 @@ func (s *suite) setup(t *testing.T, cfg workspace.Config) *bundle {
 		cfg.Store = b.store
 	}
 	cfg.AllowFile = cfg.AllowFile || cfg.MaxBytes >= 0
-	b.ws, err = workspace.New(cfg)
+	b.ws, err = s.newWorkspaces(t, cfg)
 	require.NoError(t, err)
 	b.sb = s.sandbox(t, ctx)
 	b.dir = s.f.Dir(b.sb.ID())
@@ -167,8 +181,15 @@ func (s *suite) testShallowAndFull(t *testing.T) {
 	one := 1
 	_, err := b.ws.Checkout(b.ctx, b.sb, spec(b.repo.URL, protocol.Workspace{Depth: &one}))
 	require.NoError(t, err)
-	require.Equal(t, "true", Run(t, b.ctx, b.sb, "git", "rev-parse", "--is-shallow-repository"))
-	require.Equal(t, "1", Run(t, b.ctx, b.sb, "git", "rev-list", "--count", "HEAD"))
+	if s.f.Cached {
+		// The mirror's objects are borrowed whole: depth bounds only what
+		// a fetch without the cache transfers.
+		require.Equal(t, "false", Run(t, b.ctx, b.sb, "git", "rev-parse", "--is-shallow-repository"))
+		require.Equal(t, strconv.Itoa(b.repo.Commits), Run(t, b.ctx, b.sb, "git", "rev-list", "--count", "HEAD"))
+	} else {
+		require.Equal(t, "true", Run(t, b.ctx, b.sb, "git", "rev-parse", "--is-shallow-repository"))
+		require.Equal(t, "1", Run(t, b.ctx, b.sb, "git", "rev-list", "--count", "HEAD"))
+	}
 
 	full := s.sandbox(t, b.ctx)
 	zero := 0
@@ -328,9 +349,9 @@ func (s *suite) testPush(t *testing.T) {
 
 func (s *suite) testCheckoutErrors(t *testing.T) {
 	b := s.setup(t, workspace.Config{MaxBytes: 1})
-	noLimit, err := workspace.New(workspace.Config{Store: b.store, AllowFile: true})
+	noLimit, err := s.newWorkspaces(t, workspace.Config{Store: b.store, AllowFile: true})
 	require.NoError(t, err)
-	noFile, err := workspace.New(workspace.Config{Store: b.store})
+	noFile, err := s.newWorkspaces(t, workspace.Config{Store: b.store})
 	require.NoError(t, err)
 	missing := "file://" + filepath.Join(t.TempDir(), "nope.git")
 	for _, tc := range []struct {
@@ -377,12 +398,12 @@ func (s *suite) testCredentials(t *testing.T) {
 	defer cancel()
 
 	// Without credentials the server says 401: a checkout error, not a retry.
-	anon, err := workspace.New(workspace.Config{Store: store})
+	anon, err := s.newWorkspaces(t, workspace.Config{Store: store})
 	require.NoError(t, err)
 	_, err = anon.Checkout(ctx, s.sandbox(t, ctx), spec(url, protocol.Workspace{}))
 	require.ErrorIs(t, err, workspace.ErrCheckout)
 
-	ws, err := workspace.New(workspace.Config{Store: store, Credentials: creds})
+	ws, err := s.newWorkspaces(t, workspace.Config{Store: store, Credentials: creds})
 	require.NoError(t, err)
 	sb := s.sandbox(t, ctx)
 	dir := s.f.Dir
