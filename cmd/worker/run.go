@@ -14,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
-	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
+	"github.com/agentfleet/agentfleet/internal/jsretry"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
-	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -124,7 +124,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	// it to its --replicas.
 	var objects storage.Store
 	octx, ocancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = provision.Retry(octx, func(ctx context.Context) (err error) {
+	err = jsretry.Do(octx, func(ctx context.Context) (err error) {
 		objects, err = backends.Open(ctx, storageURL, backends.Objects, backends.Deps{
 			JS: js, StatusBucket: names.StatusBucket(), ObjectBucket: names.ObjectBucket(), Logger: &log,
 		})
@@ -137,7 +137,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	}
 	defer objects.Close()
 
-	merge := archiver.NewReader(nc, names, objects).MergeIfArchived
+	merge := transcript.NewReader(nc, names, objects).MergeIfArchived
 	// The relay and the journal must agree on which lines go out as
 	// pointers and are stored whole.
 	lineLimit := worker.NewLineLimit(nc, names.QueriesStream())
