@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/internal/relay"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -236,7 +237,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 	}
 	// The relay starts at the first line, once the Fleet-Seq read begun
 	// by the claim has answered (it ran while the sandbox was made).
-	var rel *relay
+	var rel *relay.Relay
 	var baseErr error
 	startRelay := func() error {
 		if rel != nil || baseErr != nil {
@@ -247,14 +248,14 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 			baseErr = err
 			return err
 		}
-		rel = newRelay(&relay{
-			pub: w.pub, nc: w.cfg.NC, stream: w.names.QueriesStream(), subject: w.names.QueryMsg(job.Tenant, job.ID),
-			tenant: job.Tenant, id: job.ID, attempt: q.attempt, maxPayload: w.cfg.LineLimit(), journal: jl,
-			metrics: w.metrics, log: q.log, window: window, maxQueued: w.cfg.QueueBytes, base: base,
-			fence: q.fw, hint: q.fenced.Load, timeout: w.cfg.PublishTimeout,
-			direct: w.direct, groupMin: groupMin,
+		rel = relay.New(relay.Config{
+			Pub: w.pub, NC: w.cfg.NC, Stream: w.names.QueriesStream(), Subject: w.names.QueryMsg(job.Tenant, job.ID),
+			Tenant: job.Tenant, ID: job.ID, Attempt: q.attempt, MaxPayload: w.cfg.LineLimit(), Journal: jl,
+			Metrics: w.metrics.relay, Log: q.log, Window: window, MaxQueued: w.cfg.QueueBytes, Base: base,
+			Fence: q.fw, Hint: q.fenced.Load, Timeout: w.cfg.PublishTimeout,
+			Direct: w.direct, GroupMin: relay.GroupMin,
 		})
-		rel.start(ctx)
+		rel.Start(ctx)
 		return nil
 	}
 	rateLimits := w.names.RateLimitSubject(job.Tenant)
@@ -267,7 +268,7 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 			// (package admission); best effort, like its pause.
 			_ = w.cfg.NC.Publish(rateLimits, l.Raw)
 		}
-		return rel.emit(l.Raw)
+		return rel.Emit(l.Raw)
 	}
 
 	var out agent.Outcome
@@ -295,18 +296,18 @@ func (q *query) run(provider sandbox.Provider, env map[string]string) {
 // whatever the outcome, the relay is shut down (its goroutine has returned
 // when finish does) and the journal log is closed, then the message is
 // settled.
-func (q *query) finish(rel *relay, jl journalCloser, out agent.Outcome, runErr error, started time.Time) {
+func (q *query) finish(rel *relay.Relay, jl journalCloser, out agent.Outcome, runErr error, started time.Time) {
 	w := q.w
 	ctx := context.Background()
-	defer rel.shutdown()
+	defer rel.Shutdown()
 	switch q.outcomeOf(out, runErr) {
 	case outcomeFenced:
-		rel.shutdown() // publishes nothing more; the journal has it all
+		rel.Shutdown() // publishes nothing more; the journal has it all
 		_ = jl.Close(false)
 		q.stepAside(q.fencedBy(), "this run stopped relaying")
 	case outcomeHandback:
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_ = rel.flush(fctx) // what was relayed so far; the journal has it all anyway
+		_ = rel.Flush(fctx) // what was relayed so far; the journal has it all anyway
 		cancel()
 		_ = jl.Close(false)
 		_ = q.msg.Nak()
@@ -316,7 +317,7 @@ func (q *query) finish(rel *relay, jl journalCloser, out agent.Outcome, runErr e
 		q.park(rel, jl)
 	case outcomeRetry:
 		fctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_ = rel.flush(fctx)
+		_ = rel.Flush(fctx)
 		cancel()
 		_ = jl.Close(false)
 		q.retry(runErr, protocol.CodeSandboxUnavailable)
@@ -365,13 +366,13 @@ type journalCloser interface {
 // later attempt owns the query) or hands the job back; it then reports
 // false and the caller publishes nothing more. while names the step for
 // the log.
-func (q *query) flushed(ctx context.Context, rel *relay, jl journalCloser, while string) bool {
-	err := rel.flush(ctx)
+func (q *query) flushed(ctx context.Context, rel *relay.Relay, jl journalCloser, while string) bool {
+	err := rel.Flush(ctx)
 	if err == nil {
 		return true
 	}
 	_ = jl.Close(false)
-	if errors.Is(err, errFenced) {
+	if errors.Is(err, relay.ErrFenced) {
 		q.stepAside(q.fencedBy(), "fenced while "+while)
 		return false
 	}
@@ -381,7 +382,7 @@ func (q *query) flushed(ctx context.Context, rel *relay, jl journalCloser, while
 
 // settle ends a run with a terminal outcome: every line in the stream, then
 // the status, then the ack.
-func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started time.Time) {
+func (q *query) settle(rel *relay.Relay, jl journalCloser, out agent.Outcome, started time.Time) {
 	w := q.w
 	// The status is published only once every line of the attempt is
 	// stored: if they cannot all be, the job is handed back and the next
@@ -396,7 +397,7 @@ func (q *query) settle(rel *relay, jl journalCloser, out agent.Outcome, started 
 	}
 	ev := q.adjustTerminal(terminalStatus(out))
 	ev.Result.Lines = out.Lines
-	ev.Result.LastSeq = rel.seq
+	ev.Result.LastSeq = rel.Seq()
 	ev.Workspace = q.wsStatus
 	q.publishArtifact(fctx)
 	switch v, err := q.fw.Publish(fctx, q.event(ev)); {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
+	"github.com/agentfleet/agentfleet/internal/relay"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -629,7 +630,7 @@ func (q *query) adjustTerminal(ev protocol.StatusEvent) protocol.StatusEvent {
 // park ends this job of a parked session: every line in the stream, the
 // journal persisted (so a continuation may open it again at once), the
 // parked status, then the ack. No terminal status: the query goes on.
-func (q *query) park(rel *relay, jl journalCloser) {
+func (q *query) park(rel *relay.Relay, jl journalCloser) {
 	w := q.w
 	fctx, cancel := context.WithTimeout(context.Background(), w.cfg.FlushTimeout)
 	defer cancel()
@@ -644,7 +645,7 @@ func (q *query) park(rel *relay, jl journalCloser) {
 	}
 	ev := q.sess.status(protocol.StatusEvent{State: protocol.StateParked})
 	ev.CtlSeq = q.sess.lastSeq
-	ev.Result = &protocol.ResultSummary{LastSeq: rel.seq}
+	ev.Result = &protocol.ResultSummary{LastSeq: rel.Seq()}
 	switch v, err := q.fw.Publish(fctx, q.event(ev)); {
 	case err != nil:
 		// The checkpoint is stored: the next attempt restores it.

@@ -403,14 +403,14 @@ func (w *Worker) holdWhileJournalFull(msg jetstream.Msg, ackWait time.Duration) 
 	if full == nil {
 		return true
 	}
-	w.metrics.journalFull.Set(1)
+	w.metrics.relay.JournalFull.Set(1)
 	w.log.Error().Err(full).Msg("holding a pulled job until the journal's disk has room")
 	t := time.NewTicker(max(ackWait/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-recovered:
-			w.metrics.journalFull.Set(0)
+			w.metrics.relay.JournalFull.Set(0)
 			return true
 		case <-t.C:
 			_ = msg.InProgress()
@@ -425,14 +425,14 @@ func (w *Worker) holdWhileJournalFull(msg jetstream.Msg, ackWait time.Duration) 
 func (w *Worker) waitJournalRoom() {
 	full, recovered := w.cfg.Journal.Full()
 	if full == nil {
-		w.metrics.journalFull.Set(0)
+		w.metrics.relay.JournalFull.Set(0)
 		return
 	}
-	w.metrics.journalFull.Set(1)
+	w.metrics.relay.JournalFull.Set(1)
 	w.log.Error().Err(full).Msg("not pulling jobs until the journal's disk has room; running jobs go on")
 	select {
 	case <-recovered:
-		w.metrics.journalFull.Set(0)
+		w.metrics.relay.JournalFull.Set(0)
 		w.log.Info().Msg("the journal's disk has room again; pulling jobs")
 	case <-w.stopCh:
 	}
@@ -735,4 +735,15 @@ func backoff(n uint64) time.Duration {
 	d := time.Second << min(n, 6)
 	d = min(d, time.Minute)
 	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
