@@ -18,7 +18,7 @@ func (w *Worker) Info() protocol.WorkerInfo {
 		Running: []protocol.RunningJob{},
 	}
 	switch {
-	case w.stopping.Load():
+	case w.life.Stopping():
 		info.State = protocol.WorkerDraining
 	case w.Ready():
 		info.State = protocol.WorkerPulling

@@ -15,15 +15,15 @@ import (
 // providerFor returns the sandbox provider that runs job: this worker's, a
 // missingProvider when no worker of the fleet has it, or nil when another
 // worker does (Config.OtherSandboxes) and the job must be handed back.
-func (w *Worker) providerFor(job *protocol.Job) sandbox.Provider {
-	name := cmp.Or(job.Sandbox, w.cfg.DefaultSandbox)
-	if p := w.cfg.Providers[name]; p != nil {
+func providerFor(cfg Config, job *protocol.Job) sandbox.Provider {
+	name := cmp.Or(job.Sandbox, cfg.DefaultSandbox)
+	if p := cfg.Providers[name]; p != nil {
 		return p
 	}
-	if slices.Contains(w.cfg.OtherSandboxes, name) {
+	if slices.Contains(cfg.OtherSandboxes, name) {
 		return nil
 	}
-	return missingProvider{name: name, have: slices.Sorted(maps.Keys(w.cfg.Providers))}
+	return missingProvider{name: name, have: slices.Sorted(maps.Keys(cfg.Providers))}
 }
 
 // missingProvider stands for a provider no worker of the fleet has. Its

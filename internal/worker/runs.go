@@ -105,16 +105,16 @@ func (w *Worker) subscribeCtl() (*nats.Subscription, error) {
 func (w *Worker) heartbeats(ctx context.Context) {
 	var checks sync.WaitGroup
 	defer checks.Wait()
-	every := w.heartbeatEvery()
+	every := w.hb.interval()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.hbReset:
+		case <-w.hb.reset:
 			// The consumer's AckWait is known now (or changed).
-			if e := w.heartbeatEvery(); e != every {
+			if e := w.hb.interval(); e != every {
 				every = e
 				t.Reset(every)
 			}
@@ -127,7 +127,7 @@ func (w *Worker) heartbeats(ctx context.Context) {
 				q.log.Warn().Err(err).Msg("heartbeat failed")
 			}
 			// claimed first: it orders the read of q.fw after claim's write.
-			if !q.claimed.Load() || q.fw == nil || q.fenced.Load() || now.Sub(q.since) < every {
+			if !q.claimed.Load() || q.fw == nil || q.fenced.is() || now.Sub(q.since) < every {
 				continue
 			}
 			if !q.rechecking.CompareAndSwap(false, true) {
@@ -140,7 +140,7 @@ func (w *Worker) heartbeats(ctx context.Context) {
 				cancel()
 				if err == nil && v != fence.Proceed {
 					q.log.Warn().Str("verdict", v.String()).Msg("a later attempt or another writer owns the query; stopping this run")
-					q.setFenced(v)
+					q.fenced.set(v)
 					q.cancelRun(agent.ErrHandback)
 				}
 			})
@@ -148,27 +148,56 @@ func (w *Worker) heartbeats(ctx context.Context) {
 	}
 }
 
-// heartbeatEvery is the InProgress interval: Config.Heartbeat, else a third
-// of the consumer's AckWait (once known).
-func (w *Worker) heartbeatEvery() time.Duration {
-	if w.cfg.Heartbeat > 0 {
-		return w.cfg.Heartbeat
+// heartbeat is the state of the worker's one heartbeat ticker.
+type heartbeat struct {
+	every   time.Duration // Config.Heartbeat
+	ackWait atomic.Int64  // the work consumer's AckWait
+	reset   chan struct{} // AckWait changed
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// interval is the InProgress interval: Config.Heartbeat, else a third of
+// the consumer's AckWait (once known).
+func (h *heartbeat) interval() time.Duration {
+	if h.every > 0 {
+		return h.every
 	}
-	if aw := time.Duration(w.ackWait.Load()); aw > 0 {
+	if aw := time.Duration(h.ackWait.Load()); aw > 0 {
 		return max(aw/3, 100*time.Millisecond)
 	}
 	return 10 * time.Second
 }
 
-// setAckWait records the work consumer's AckWait for the heartbeat ticker.
-func (w *Worker) setAckWait(d time.Duration) {
-	if old := w.ackWait.Swap(int64(d)); old != int64(d) {
+// setAckWait records the work consumer's AckWait for the ticker.
+func (h *heartbeat) setAckWait(d time.Duration) {
+	if old := h.ackWait.Swap(int64(d)); old != int64(d) {
 		select {
-		case w.hbReset <- struct{}{}:
+		case h.reset <- struct{}{}:
 		default:
 		}
 	}
 }
+
+// fenceState is whether a run is fenced, and by which verdict when the
+// code that saw it knew it (Proceed when only the relay's refusal did).
+type fenceState struct {
+	fenced atomic.Bool
+	v      atomic.Int32
+}
+
+// set marks the run fenced by verdict v.
+func (f *fenceState) set(v fence.Verdict) {
+	f.v.Store(int32(v))
+	f.fenced.Store(true)
+}
+
+// is reports whether the run is fenced.
+func (f *fenceState) is() bool { return f.fenced.Load() }
+
+// by is the verdict that fenced the run (Proceed: not known; see
+// stepAside).
+func (f *fenceState) by() fence.Verdict { return fence.Verdict(f.v.Load()) }
 
 // runFlags are a query's fields for the heartbeat ticker.
 type runFlags struct {
