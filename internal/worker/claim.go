@@ -3,10 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"strconv"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -75,52 +71,4 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 		return nil, false, v, err
 	}
 	return rec.base(context.WithoutCancel(ctx)), cancelled, fence.Proceed, nil
-}
-
-// msgSeqOf is the work message's own stream sequence (0 when unknown).
-func msgSeqOf(msg jetstream.Msg) uint64 {
-	if md, err := msg.Metadata(); err == nil {
-		return md.Sequence.Stream
-	}
-	return 0
-}
-
-// jobSeqOf is the sequence of the job's submission: the admitter's
-// Fleet-Job-Seq header on an admitted job, else the message's own.
-func jobSeqOf(msg jetstream.Msg) uint64 {
-	if v, err := strconv.ParseUint(msg.Headers().Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
-		return v
-	}
-	md, err := msg.Metadata()
-	if err != nil {
-		return 0
-	}
-	return md.Sequence.Stream
-}
-
-// queuedAtOf is when the job's submission was stored: the admitter's
-// Fleet-Queued-At header on an admitted job, else when it was stored in
-// the work queue.
-func queuedAtOf(msg jetstream.Msg) time.Time {
-	if v, err := time.Parse(time.RFC3339Nano, msg.Headers().Get(protocol.HeaderQueuedAt)); err == nil {
-		return v
-	}
-	md, err := msg.Metadata()
-	if err != nil {
-		return time.Time{}
-	}
-	return md.Timestamp
-}
-
-// cancelOnRecord reports whether ctl, the query's last control message (nil:
-// none), is a cancel on record: a {"op":"cancel"} on the query's ctl
-// subject (kept by the FLEET_QUERIES stream, so a job cancelled while
-// queued is never started) stored after the job itself, so a cancel of an
-// earlier run of the same id does not cancel a new submission.
-func cancelOnRecord(ctl *jetstream.RawStreamMsg, queuedAt time.Time) bool {
-	if ctl == nil {
-		return false
-	}
-	var op protocol.CtlOp
-	return json.Unmarshal(ctl.Data, &op) == nil && op.Op == protocol.OpCancel && !ctl.Time.Before(queuedAt)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,6 +86,41 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	defer w.active.add(q)()
 	defer w.trackRun(job, attempt)()
 	q.run(provider)
+}
+
+// msgSeqOf is the work message's own stream sequence (0 when unknown).
+func msgSeqOf(msg jetstream.Msg) uint64 {
+	if md, err := msg.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
+}
+
+// jobSeqOf is the sequence of the job's submission: the admitter's
+// Fleet-Job-Seq header on an admitted job, else the message's own.
+func jobSeqOf(msg jetstream.Msg) uint64 {
+	if v, err := strconv.ParseUint(msg.Headers().Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+// queuedAtOf is when the job's submission was stored: the admitter's
+// Fleet-Queued-At header on an admitted job, else when it was stored in
+// the work queue.
+func queuedAtOf(msg jetstream.Msg) time.Time {
+	if v, err := time.Parse(time.RFC3339Nano, msg.Headers().Get(protocol.HeaderQueuedAt)); err == nil {
+		return v
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return time.Time{}
+	}
+	return md.Timestamp
 }
 
 // query is one attempt of one job on this worker: it claims the query,

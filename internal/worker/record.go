@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -26,10 +27,10 @@ type record struct {
 
 // last reads the query's last status and last control message (nil:
 // none), retrying transient failures until ctx ends.
-func (q record) last(ctx context.Context) (status, ctl *jetstream.RawStreamMsg, err error) {
-	w, job := q.w, q.job
+func (rec record) last(ctx context.Context) (status, ctl *jetstream.RawStreamMsg, err error) {
+	w, job := rec.w, rec.job
 	subjects := []string{w.names.QueryStatus(job.Tenant, job.ID), w.names.QueryCtl(job.Tenant, job.ID)}
-	err = q.retryRead(ctx, "reading the query's status and control history", func(rctx context.Context) error {
+	err = rec.retryRead(ctx, "reading the query's status and control history", func(rctx context.Context) error {
 		msgs, err := fence.LastMsgsVia(rctx, w.cfg.NC, w.direct, w.names.QueriesStream(), subjects, w.queries.oneReplica())
 		if err == nil {
 			status, ctl = msgs[0], msgs[1]
@@ -41,8 +42,8 @@ func (q record) last(ctx context.Context) (status, ctl *jetstream.RawStreamMsg, 
 
 // base starts reading the query's last Fleet-Seq (from the stream
 // leader) and returns a function that waits for it.
-func (q record) base(ctx context.Context) func() (uint64, error) {
-	w, job := q.w, q.job
+func (rec record) base(ctx context.Context) func() (uint64, error) {
+	w, job := rec.w, rec.job
 	type result struct {
 		base uint64
 		err  error
@@ -56,7 +57,7 @@ func (q record) base(ctx context.Context) func() (uint64, error) {
 		var base uint64
 		var scan bool
 		subject := w.names.QueryMsg(job.Tenant, job.ID)
-		err := q.retryRead(cctx, "reading the query's last line", func(rctx context.Context) error {
+		err := rec.retryRead(cctx, "reading the query's last line", func(rctx context.Context) error {
 			oneReplica := w.queries.oneReplica()
 			base, scan = 0, false
 			m, err := fence.LastMsgVia(rctx, w.cfg.NC, w.names.QueriesStream(), subject, oneReplica)
@@ -83,8 +84,8 @@ func (q record) base(ctx context.Context) func() (uint64, error) {
 		if err == nil && scan {
 			// Each try of the scan may read a long transcript: bounded by
 			// what is left of ClaimTimeout, not by PublishTimeout.
-			err = q.retryReadFor(cctx, w.cfg.ClaimTimeout, "reading the query's Fleet-Seqs", func(rctx context.Context) (err error) {
-				base, err = q.highestSeq(rctx, subject, base)
+			err = rec.retryReadFor(cctx, w.cfg.ClaimTimeout, "reading the query's Fleet-Seqs", func(rctx context.Context) (err error) {
+				base, err = rec.highestSeq(rctx, subject, base)
 				return err
 			})
 		}
@@ -107,8 +108,8 @@ func (q record) base(ctx context.Context) func() (uint64, error) {
 // line stored a second time, after the stream's duplicate window, is a
 // message more. A run that continued from such a last line would reuse
 // Fleet-Seqs.
-func (q record) highestSeq(ctx context.Context, subject string, last uint64) (uint64, error) {
-	w := q.w
+func (rec record) highestSeq(ctx context.Context, subject string, last uint64) (uint64, error) {
+	w := rec.w
 	high := last
 	err := w.direct.Each(ctx, w.names.QueriesStream(), subject, 1, func(m *jetstream.RawStreamMsg) error {
 		if s, err := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64); err == nil {
@@ -117,7 +118,7 @@ func (q record) highestSeq(ctx context.Context, subject string, last uint64) (ui
 		return nil
 	})
 	if err == nil && high != last {
-		q.log.Warn().Uint64("last_line_seq", last).Uint64("highest_seq", high).
+		rec.log.Warn().Uint64("last_line_seq", last).Uint64("highest_seq", high).
 			Msg("the query's lines are stored out of Fleet-Seq order; continuing after the highest")
 	}
 	return high, err
@@ -127,12 +128,12 @@ func (q record) highestSeq(ctx context.Context, subject string, last uint64) (ui
 // succeeds or ctx ends (then the last failure is returned, as what), with
 // a backoff of 50ms doubling to 2s and a warning on the first failure and
 // every twentieth.
-func (q record) retryRead(ctx context.Context, what string, read func(context.Context) error) error {
-	return q.retryReadFor(ctx, q.w.cfg.PublishTimeout, what, read)
+func (rec record) retryRead(ctx context.Context, what string, read func(context.Context) error) error {
+	return rec.retryReadFor(ctx, rec.w.cfg.PublishTimeout, what, read)
 }
 
 // retryReadFor is retryRead with each try bounded by per.
-func (q record) retryReadFor(ctx context.Context, per time.Duration, what string, read func(context.Context) error) error {
+func (rec record) retryReadFor(ctx context.Context, per time.Duration, what string, read func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, per)
@@ -142,11 +143,24 @@ func (q record) retryReadFor(ctx context.Context, per time.Duration, what string
 			return nil
 		}
 		if try == 1 || try%20 == 0 {
-			q.log.Warn().Err(err).Int("try", try).Msg(what + " failed; retrying")
+			rec.log.Warn().Err(err).Int("try", try).Msg(what + " failed; retrying")
 		}
 		if serr := sleepCtx(ctx, backoff); serr != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// cancelOnRecord reports whether ctl, the query's last control message (nil:
+// none), is a cancel on record: a {"op":"cancel"} on the query's ctl
+// subject (kept by the FLEET_QUERIES stream, so a job cancelled while
+// queued is never started) stored after the job itself, so a cancel of an
+// earlier run of the same id does not cancel a new submission.
+func cancelOnRecord(ctl *jetstream.RawStreamMsg, queuedAt time.Time) bool {
+	if ctl == nil {
+		return false
+	}
+	var op protocol.CtlOp
+	return json.Unmarshal(ctl.Data, &op) == nil && op.Op == protocol.OpCancel && !ctl.Time.Before(queuedAt)
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,13 @@ func (a *active) all() []*query {
 		out = append(out, rs...)
 	}
 	return out
+}
+
+// trackRun records a job as running until the returned func is called.
+func (w *Worker) trackRun(job *protocol.Job, attempt int) (untrack func()) {
+	key := strings.Join([]string{job.Tenant, job.ID}, "/")
+	w.runs.Store(key, protocol.RunningJob{Tenant: job.Tenant, ID: job.ID, Attempt: attempt, Since: time.Now().UTC()})
+	return func() { w.runs.Delete(key) }
 }
 
 // subscribeCtl subscribes once, for the worker's life, to the .ctl subjects

@@ -3,6 +3,18 @@
 // journals and relays every line the agent writes, publishes status events,
 // and acks, naks or terms the job on its outcome.
 //
+// # An attempt and a mode
+//
+// Each job message is run by one attempt (query, job.go): it claims the
+// query (claim.go), runs the job's mode with every agent line journaled
+// and relayed (lines.go, package relay), and settles the message
+// (settle.go, on the decision of outcome.go). How the agent runs is the
+// mode's (mode.go): a one-shot run (oneshot.go) or a session (session.go,
+// session_loop.go), wrapped by a workspace (workspace.go) that checks the
+// repository out before and captures the work after. The agent's
+// environment is decided in agentenv.go, its process spec by the mode
+// (agent.Request, session.Spec); the terminal status is made in settle.
+//
 // # Pulling
 //
 // One pull request for as many jobs as there are free slots (package
