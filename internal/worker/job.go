@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,9 +21,9 @@ import (
 
 // A job's path through the worker, top to bottom:
 //
-//	handle      validate the message, pick the provider and the mode  (this file)
+//	handle      validate the message; its env, provider and mode        (this file, prepare.go)
 //	query.run   sandbox made while the claim is in flight               (this file, sandbox.go)
-//	  claim     first status as a compare-and-set; the Fleet-Seq read   (claim.go, record.go)
+//	  claim     first status as a compare-and-set; the Fleet-Seq read   (claim.go)
 //	  execute   the mode runs the agent: oneShot or session, a
 //	            workspace around either                                (mode.go, oneshot.go,
 //	                                                                    session*.go, workspace.go)
@@ -150,6 +151,26 @@ type query struct {
 	cancelRun context.CancelCauseFunc
 	runFlags
 }
+
+// fenceState is whether a run is fenced, and by which verdict when the
+// code that saw it knew it (Proceed when only the relay's refusal did).
+type fenceState struct {
+	fenced atomic.Bool
+	v      atomic.Int32
+}
+
+// set marks the run fenced by verdict v.
+func (f *fenceState) set(v fence.Verdict) {
+	f.v.Store(int32(v))
+	f.fenced.Store(true)
+}
+
+// is reports whether the run is fenced.
+func (f *fenceState) is() bool { return f.fenced.Load() }
+
+// by is the verdict that fenced the run (Proceed: not known; see
+// stepAside).
+func (f *fenceState) by() fence.Verdict { return fence.Verdict(f.v.Load()) }
 
 // run is the attempt: claim, run the mode with the relay and journal,
 // settle.

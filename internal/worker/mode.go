@@ -27,24 +27,6 @@ type mode interface {
 	finish(ctx context.Context, ev protocol.StatusEvent) protocol.StatusEvent
 }
 
-// newMode is the mode of q's job; env is what the job adds to its agent's
-// environment (agentEnv).
-func newMode(q *query, env map[string]string) mode {
-	var m mode
-	if q.job.Session != nil {
-		m = &sessionRun{q: q, env: env, log: q.log.With().Str("session", "true").Logger()}
-	} else {
-		m = &oneShot{q: q, env: env}
-	}
-	if t := q.w.cfg.Test; t.RunStarted != nil || t.RunEnded != nil {
-		m = hooked{mode: m, q: q}
-	}
-	if q.job.Workspace != nil {
-		m = &workspaceMode{mode: m, q: q}
-	}
-	return m
-}
-
 // hooked calls the test hooks (Config.Test) around a run's agent.
 type hooked struct {
 	mode
@@ -118,13 +100,4 @@ func restoreResume(ctx context.Context, q *query, sb sandbox.Sandbox, emit agent
 	}
 	q.log.Info().Str("from_query", from).Msg("restored the session named by options.resume")
 	return resumed{sid: cp.ClaudeSessionID}, nil
-}
-
-// refusedCode gives a refused options.resume its own code on a failed
-// terminal status.
-func refusedCode(ev protocol.StatusEvent, refused bool) protocol.StatusEvent {
-	if refused && ev.Error != nil {
-		ev.Error.Code = protocol.CodeResumeNotFound
-	}
-	return ev
 }

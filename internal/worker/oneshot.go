@@ -66,6 +66,10 @@ func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFu
 
 func (o *oneShot) parked() bool { return false }
 
+// finish gives a refused options.resume its own code.
 func (o *oneShot) finish(_ context.Context, ev protocol.StatusEvent) protocol.StatusEvent {
-	return refusedCode(ev, o.refused)
+	if o.refused && ev.Error != nil {
+		ev.Error.Code = protocol.CodeResumeNotFound
+	}
+	return ev
 }

@@ -187,26 +187,6 @@ func (h *heartbeat) setAckWait(d time.Duration) {
 	}
 }
 
-// fenceState is whether a run is fenced, and by which verdict when the
-// code that saw it knew it (Proceed when only the relay's refusal did).
-type fenceState struct {
-	fenced atomic.Bool
-	v      atomic.Int32
-}
-
-// set marks the run fenced by verdict v.
-func (f *fenceState) set(v fence.Verdict) {
-	f.v.Store(int32(v))
-	f.fenced.Store(true)
-}
-
-// is reports whether the run is fenced.
-func (f *fenceState) is() bool { return f.fenced.Load() }
-
-// by is the verdict that fenced the run (Proceed: not known; see
-// stepAside).
-func (f *fenceState) by() fence.Verdict { return fence.Verdict(f.v.Load()) }
-
 // runFlags are a query's fields for the heartbeat ticker.
 type runFlags struct {
 	since      time.Time

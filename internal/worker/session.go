@@ -375,7 +375,9 @@ func (r *sessionRun) finish(_ context.Context, ev protocol.StatusEvent) protocol
 		ev.CtlSeq = r.lastSeq
 		return ev
 	}
-	ev = refusedCode(ev, r.refused)
+	if r.refused && ev.Error != nil {
+		ev.Error.Code = protocol.CodeResumeNotFound
+	}
 	if r.ended {
 		ev.State, ev.Error = protocol.StateSucceeded, nil
 	}

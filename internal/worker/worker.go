@@ -12,7 +12,7 @@
 // mode's (mode.go): a one-shot run (oneshot.go) or a session (session.go,
 // session_loop.go), wrapped by a workspace (workspace.go) that checks the
 // repository out before and captures the work after. The agent's
-// environment is decided in agentenv.go, its process spec by the mode
+// environment is decided in prepare.go (agentEnv), its process spec by the mode
 // (agent.Request, session.Spec); the terminal status is made in settle.
 //
 // # Pulling
