@@ -181,7 +181,7 @@ func (q *query) run(provider sandbox.Provider) {
 
 	// The sandbox is made while the claim is in flight: nobody else sees
 	// it, and the agent starts in it only once the claim is stored.
-	box := newBox(q.runCtx, q.w, q.log, provider, sandbox.Spec{ID: sandboxID(q.job, msgSeqOf(q.msg), q.attempt)})
+	box := newBox(q.runCtx, q.w, q.log, provider, sandboxSpec(q.job, msgSeqOf(q.msg), q.attempt))
 	// Claim the query (package fence): the first status of this attempt is
 	// a compare-and-set on the query's last status, and from then on no
 	// older attempt can store a line or a status. Bounded, so a worker that

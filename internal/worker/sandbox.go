@@ -67,6 +67,11 @@ func (b *box) destroyNow(sb sandbox.Sandbox, what string) {
 	}
 }
 
+// sandboxSpec is the one place an attempt's sandbox is specified.
+func sandboxSpec(job *protocol.Job, msgSeq uint64, attempt int) sandbox.Spec {
+	return sandbox.Spec{ID: sandboxID(job, msgSeq, attempt)}
+}
+
 func sandboxID(job *protocol.Job, msgSeq uint64, attempt int) string {
 	// The work message's sequence makes the name unique per run: a
 	// session's continuation is a new message of the same query whose
