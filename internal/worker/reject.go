@@ -19,22 +19,22 @@ import (
 // JSON, no id) is still there for an operator to find (dispatcher ls --dlq)
 // after the work queue dropped it. The copy is deduplicated by the job's
 // stream sequence, so a retry after a failed Term adds nothing.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, tenant, reason string) error {
-	dl := nats.NewMsg(w.names.DLQ(cmp.Or(tenant, protocol.DefaultTenant)))
+func deadLetter(ctx context.Context, js jetstream.JetStream, names protocol.Names, msg jetstream.Msg, tenant, reason string) error {
+	dl := nats.NewMsg(names.DLQ(cmp.Or(tenant, protocol.DefaultTenant)))
 	dl.Data = msg.Data()
 	for k, v := range msg.Headers() {
 		dl.Header[k] = v
 	}
 	dl.Header.Set(protocol.HeaderReason, protocol.CodeInvalidJob)
 	dl.Header.Set(protocol.HeaderError, reason)
-	msgID := "dlq-" + w.names.JobsStream() + "-" + msg.Subject()
+	msgID := "dlq-" + names.JobsStream() + "-" + msg.Subject()
 	if md, err := msg.Metadata(); err == nil {
 		seq := strconv.FormatUint(md.Sequence.Stream, 10)
 		dl.Header.Set(protocol.HeaderStreamSeq, seq)
-		msgID = "dlq-" + w.names.JobsStream() + "-" + seq
+		msgID = "dlq-" + names.JobsStream() + "-" + seq
 	}
 	dl.Header.Set(protocol.HeaderMsgID, msgID)
-	if _, err := w.js.PublishMsg(ctx, dl); err != nil {
+	if _, err := js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("copying the invalid job to %s: %w", dl.Subject, err)
 	}
 	return nil
@@ -59,7 +59,7 @@ func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, att
 	}
 	w.log.Warn().Str("tenant", tenant).Str("query_id", id).Str("reason", reason).Msg("invalid job; terminating it")
 	dctx, dcancel := context.WithTimeout(context.Background(), apiTimeout)
-	err := w.deadLetter(dctx, msg, tenant, reason)
+	err := deadLetter(dctx, w.js, w.names, msg, tenant, reason)
 	dcancel()
 	if err != nil {
 		// Terminated now, it would be lost: keep it until it can be copied.
