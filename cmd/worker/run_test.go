@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,12 +11,22 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-func TestMain(m *testing.M) { fleettest.RunMain(m, main) }
+// The test binary is also the worker command (fleettest.StartCommand);
+// otherwise goleak checks that run left no goroutine behind, but the one
+// that waits, for the process's life, for a second signal.
+func TestMain(m *testing.M) {
+	if os.Getenv(fleettest.MainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	fleettest.MainNoLeaks(m, goleak.IgnoreTopFunction("github.com/agentfleet/agentfleet/internal/config.ExitOnSecondSignal.func1"))
+}
 
 // The worker command's shutdown path, as SIGTERM drives it (the signal
 // cancels run's context): it stops pulling, hands the running job back at

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -67,7 +68,7 @@ type Config struct {
 type Service struct {
 	cfg Config
 	js  jetstream.JetStream
-	rd  *Reader
+	rd  *transcript.Reader
 	log zerolog.Logger
 
 	// slots bounds the batches in flight; work tracks them; quit stops
@@ -109,8 +110,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	life, end := context.WithCancel(context.Background())
-	rd := NewReader(cfg.NC, cfg.Names, cfg.Store)
-	rd.js = js // long transcripts through a consumer (reader.go)
+	// Long transcripts through a consumer (package transcript).
+	rd := transcript.NewReader(cfg.NC, cfg.Names, cfg.Store).WithConsumer(js)
 	return &Service{
 		cfg: cfg, js: js, rd: rd,
 		log:   cfg.Logger.With().Str("component", "archiver").Logger(),
@@ -374,7 +375,7 @@ func (s *Service) lastTry(m jetstream.Msg) bool {
 // transcript just written from the stream. It repeats while new chunks
 // arrive during a merge, so the last transcript written has seen every
 // chunk stored before it; a journal that stores chunks later merges them
-// itself (Reader.Merge).
+// itself (transcript.Reader.Merge).
 func (s *Service) mergeChunks(ctx context.Context, tenant, id string) (bool, error) {
 	keys, err := storage.ChunkKeys(ctx, s.cfg.Store, tenant, id)
 	if err != nil || len(keys) == 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -158,7 +159,7 @@ func TestStuckRepairDoesNotHoldUpOthers(t *testing.T) {
 // into it).
 func TestReadersGiveTheirConsumersBack(t *testing.T) {
 	f := fleettest.New(t, fleettest.Opts{})
-	rd := archiver.NewReader(f.NC, f.Names, f.Objects)
+	rd := transcript.NewReader(f.NC, f.Names, f.Objects)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	consumers := func() int {

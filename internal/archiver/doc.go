@@ -14,11 +14,11 @@
 //     consumer keeps its place);
 //   - it gathers terminal statuses into batches (Config.Batch, up to
 //     Config.Linger after the first), and for each query reads its .msg
-//     lines (Reader): the first 256 with one batched direct get, the rest,
+//     lines (transcript.Reader): the first 256 with one batched direct get, the rest,
 //     if any, through one ephemeral consumer (in memory, no acks, deleted
 //     after the read), whose deliveries carry none of the six headers the
 //     server adds to every line a direct get returns; if no consumer can be
-//     made, direct gets of 1,000 lines read the rest; a worker's Reader
+//     made, direct gets of 1,000 lines read the rest; a worker's transcript.Reader
 //     (merging chunks it stored late) uses direct gets only;
 //     a terminal status is published only after every line of its attempt
 //     is stored, so the lines are all there; when the status says a higher
@@ -31,7 +31,7 @@
 //   - then it lists the query's chunk objects; where a journal stored some,
 //     it merges them in (storage.MergeTranscript) and writes again, until no
 //     chunk arrives during a merge; a journal that stores chunks later
-//     merges them itself (Reader.MergeIfArchived, the journal's hooks);
+//     merges them itself (transcript.Reader.MergeIfArchived, the journal's hooks);
 //   - batches are archived side by side (Config.Workers, 8), so a slow or
 //     stuck one (a slow bucket, a read across a server restart) never holds
 //     up the others; each is bounded by Config.ReadTimeout;

@@ -29,6 +29,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/standin"
+	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -223,7 +224,7 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 		RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		SpillAfter: worker.DefaultJournalSpillAfter,
 	}
-	merge := archiver.NewReader(nc, f.Names, store).MergeIfArchived
+	merge := transcript.NewReader(nc, f.Names, store).MergeIfArchived
 	jcfg.AssembleFunc, jcfg.NonFinalFunc = merge, merge
 	if o.JournalMod != nil {
 		o.JournalMod(&jcfg)

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentfleet/agentfleet/internal/archiver"
+	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -47,7 +47,7 @@ func workerProcess(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	merge := archiver.NewReader(nc, protocol.NewNames(""), store).MergeIfArchived
+	merge := transcript.NewReader(nc, protocol.NewNames(""), store).MergeIfArchived
 	jl, err := journal.New(journal.Config{Dir: jdir, Store: store, SpillAfter: worker.DefaultJournalSpillAfter,
 		AssembleFunc: merge, NonFinalFunc: merge})
 	if err != nil {

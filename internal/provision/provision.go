@@ -23,9 +23,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/jsretry"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -191,61 +191,9 @@ func workConsumer(n protocol.Names, cfg Config) jetstream.ConsumerConfig {
 	}
 }
 
-// attemptTimeout bounds each try of a JetStream API request that Retry
-// repeats.
-var attemptTimeout = 10 * time.Second
-
-// Retry runs fn, a JetStream API request that is safe to repeat (a create
-// or update to a given configuration), with a context of at most
-// attemptTimeout, until it succeeds, fails for good, or ctx ends; between
-// tries it waits 100 ms, doubling up to 2 s.
-//
-// On a cluster a request can go unanswered (the meta leader changed while
-// it was in flight, or none is elected yet) and nats.go waits for its
-// whole context: a dispatcher starting during an election, or on a loaded
-// machine, waited out its start timeout on one lost reply (a CI run:
-// "provision: stream FLEET_ADVISORIES: context deadline exceeded" after
-// 2 minutes, the three streams before it made). A try that times out, finds
-// no responders, or gets a "cluster not available", "no suitable peers" or
-// 503 answer is tried again; any other error is returned at once.
+// Retry runs fn, a JetStream API request that is safe to repeat, until it
+// succeeds, fails for good, or ctx ends: see jsretry.Do, which the worker
+// shares.
 func Retry(ctx context.Context, fn func(context.Context) error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		err := fn(actx)
-		cancel()
-		if err == nil || !transient(err) {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// Server error codes of a cluster that cannot place or answer yet.
-const (
-	errCodeClusterNoPeers   jetstream.ErrorCode = 10005
-	errCodeClusterNotAvail  jetstream.ErrorCode = 10008
-	errCodeClusterNotLeader jetstream.ErrorCode = 10009
-)
-
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
-		return true
-	case errors.As(err, &apiErr):
-		switch apiErr.ErrorCode {
-		case errCodeClusterNoPeers, errCodeClusterNotAvail, errCodeClusterNotLeader:
-			return true
-		}
-		return apiErr.Code == 503
-	}
-	return false
+	return jsretry.Do(ctx, fn)
 }

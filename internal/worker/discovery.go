@@ -2,8 +2,6 @@ package worker
 
 import (
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/agentfleet/agentfleet/internal/buildinfo"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -18,7 +16,7 @@ func (w *Worker) Info() protocol.WorkerInfo {
 		Running: []protocol.RunningJob{},
 	}
 	switch {
-	case w.stopping.Load():
+	case w.life.Stopping():
 		info.State = protocol.WorkerDraining
 	case w.Ready():
 		info.State = protocol.WorkerPulling
@@ -36,11 +34,4 @@ func (w *Worker) Running() int {
 	n := 0
 	w.runs.Range(func(_, _ any) bool { n++; return true })
 	return n
-}
-
-// trackRun records a job as running until the returned func is called.
-func (w *Worker) trackRun(job *protocol.Job, attempt int) (untrack func()) {
-	key := strings.Join([]string{job.Tenant, job.ID}, "/")
-	w.runs.Store(key, protocol.RunningJob{Tenant: job.Tenant, ID: job.ID, Attempt: attempt, Since: time.Now().UTC()})
-	return func() { w.runs.Delete(key) }
 }

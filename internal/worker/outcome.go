@@ -16,18 +16,19 @@ const (
 	outcomeRetry                   // infrastructure failure: Nak with backoff
 	outcomeHandback                // shutdown: Nak at once
 	outcomeFenced                  // a later attempt owns the query
-	outcomeParked                  // a session parked: parked status, Ack (session.go)
+	outcomeParked                  // a session parked: parked status, Ack (settle.go)
 )
 
-// outcomeOf decides the outcome; the order of the checks is their
-// precedence.
-func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
+// outcomeOf decides the outcome of a run (fenced: a later attempt or
+// another writer owns the query; parked: a session parked); the order of
+// the checks is their precedence.
+func outcomeOf(fenced bool, out agent.Outcome, runErr error, parked bool) outcome {
 	switch {
-	case q.fenced.Load():
+	case fenced:
 		return outcomeFenced
 	case out.HandedBack:
 		return outcomeHandback
-	case q.sess != nil && q.sess.parked && runErr == nil:
+	case parked && runErr == nil:
 		return outcomeParked
 	case runErr != nil && out.Result == nil:
 		return outcomeRetry
@@ -35,7 +36,9 @@ func (q *query) outcomeOf(out agent.Outcome, runErr error) outcome {
 	return outcomeTerminal
 }
 
-// terminalStatus maps a run's outcome to its terminal status event.
+// terminalStatus maps a run's outcome to its terminal status event: what
+// the agent's result says. The mode adds its part (mode.finish) and the
+// attempt its identity (query.event) in settle.
 func terminalStatus(out agent.Outcome) protocol.StatusEvent {
 	r := out.Result
 	if r == nil {

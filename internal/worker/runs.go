@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,13 @@ func (a *active) all() []*query {
 	return out
 }
 
+// trackRun records a job as running until the returned func is called.
+func (w *Worker) trackRun(job *protocol.Job, attempt int) (untrack func()) {
+	key := strings.Join([]string{job.Tenant, job.ID}, "/")
+	w.runs.Store(key, protocol.RunningJob{Tenant: job.Tenant, ID: job.ID, Attempt: attempt, Since: time.Now().UTC()})
+	return func() { w.runs.Delete(key) }
+}
+
 // subscribeCtl subscribes once, for the worker's life, to the .ctl subjects
 // of every query, and hands a cancel to the runs of its query on this
 // worker (none: it is ignored). One subscription instead of a SUB and an
@@ -105,16 +113,16 @@ func (w *Worker) subscribeCtl() (*nats.Subscription, error) {
 func (w *Worker) heartbeats(ctx context.Context) {
 	var checks sync.WaitGroup
 	defer checks.Wait()
-	every := w.heartbeatEvery()
+	every := w.hb.interval()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.hbReset:
+		case <-w.hb.reset:
 			// The consumer's AckWait is known now (or changed).
-			if e := w.heartbeatEvery(); e != every {
+			if e := w.hb.interval(); e != every {
 				every = e
 				t.Reset(every)
 			}
@@ -127,7 +135,7 @@ func (w *Worker) heartbeats(ctx context.Context) {
 				q.log.Warn().Err(err).Msg("heartbeat failed")
 			}
 			// claimed first: it orders the read of q.fw after claim's write.
-			if !q.claimed.Load() || q.fw == nil || q.fenced.Load() || now.Sub(q.since) < every {
+			if !q.claimed.Load() || q.fw == nil || q.fenced.is() || now.Sub(q.since) < every {
 				continue
 			}
 			if !q.rechecking.CompareAndSwap(false, true) {
@@ -140,7 +148,7 @@ func (w *Worker) heartbeats(ctx context.Context) {
 				cancel()
 				if err == nil && v != fence.Proceed {
 					q.log.Warn().Str("verdict", v.String()).Msg("a later attempt or another writer owns the query; stopping this run")
-					q.setFenced(v)
+					q.fenced.set(v)
 					q.cancelRun(agent.ErrHandback)
 				}
 			})
@@ -148,23 +156,32 @@ func (w *Worker) heartbeats(ctx context.Context) {
 	}
 }
 
-// heartbeatEvery is the InProgress interval: Config.Heartbeat, else a third
-// of the consumer's AckWait (once known).
-func (w *Worker) heartbeatEvery() time.Duration {
-	if w.cfg.Heartbeat > 0 {
-		return w.cfg.Heartbeat
+// heartbeat is the state of the worker's one heartbeat ticker.
+type heartbeat struct {
+	every   time.Duration // Config.Heartbeat
+	ackWait atomic.Int64  // the work consumer's AckWait
+	reset   chan struct{} // AckWait changed
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// interval is the InProgress interval: Config.Heartbeat, else a third of
+// the consumer's AckWait (once known).
+func (h *heartbeat) interval() time.Duration {
+	if h.every > 0 {
+		return h.every
 	}
-	if aw := time.Duration(w.ackWait.Load()); aw > 0 {
+	if aw := time.Duration(h.ackWait.Load()); aw > 0 {
 		return max(aw/3, 100*time.Millisecond)
 	}
 	return 10 * time.Second
 }
 
-// setAckWait records the work consumer's AckWait for the heartbeat ticker.
-func (w *Worker) setAckWait(d time.Duration) {
-	if old := w.ackWait.Swap(int64(d)); old != int64(d) {
+// setAckWait records the work consumer's AckWait for the ticker.
+func (h *heartbeat) setAckWait(d time.Duration) {
+	if old := h.ackWait.Swap(int64(d)); old != int64(d) {
 		select {
-		case w.hbReset <- struct{}{}:
+		case h.reset <- struct{}{}:
 		default:
 		}
 	}

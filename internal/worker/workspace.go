@@ -24,14 +24,58 @@ const captureTimeout = 10 * time.Minute
 // errNoWorkspaces fails workspace jobs on a worker configured without them.
 var errNoWorkspaces = errors.New("this worker has no workspace support configured")
 
+// workspaceMode wraps a run's mode with the job's workspace (SPEC 8):
+// the repository is checked out into the sandbox before the agent starts
+// (and "running" announced with its start_sha), and the work is captured
+// (commit, diff, bundle, push) after it ends, for the terminal status.
+type workspaceMode struct {
+	mode
+	q *query
+	// artifact and status are the capture's, for the terminal status.
+	artifact *protocol.Artifact
+	status   *protocol.WorkspaceStatus
+}
+
+func (m *workspaceMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (out agent.Outcome, err error) {
+	if _, failed := sb.(failedSandbox); failed {
+		// No sandbox: the inner mode ends the run through the runner's
+		// spawn-failure path.
+		return m.mode.run(ctx, sb, emit)
+	}
+	base, early, ok, cerr := m.checkout(ctx, sb, emit)
+	if !ok {
+		return early, cerr
+	}
+	defer func() {
+		if !m.q.fenced.is() && !out.HandedBack && (err == nil || out.Result != nil) {
+			m.capture(ctx, sb, base)
+		}
+	}()
+	return m.mode.run(ctx, sb, emit)
+}
+
+// finish adds the capture to a terminal status, publishing the artifact
+// first, so a client that sees the status can read it. (A parked
+// session's capture is only its bundle, for the continuation.)
+func (m *workspaceMode) finish(ctx context.Context, ev protocol.StatusEvent) protocol.StatusEvent {
+	ev = m.mode.finish(ctx, ev)
+	if ev.State == protocol.StateParked {
+		return ev
+	}
+	ev.Workspace = m.status
+	m.publishArtifact(ctx)
+	return ev
+}
+
 // checkout checks the job's workspace out into sb before the agent starts
 // and announces "running" with its start_sha. ok false means the run is
 // over: out (a synthetic result, or a hand-back) or err (retry) say how.
-func (q *query) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (base workspace.Base, out agent.Outcome, ok bool, err error) {
+func (m *workspaceMode) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (base workspace.Base, out agent.Outcome, ok bool, err error) {
+	q := m.q
 	job := q.job
 	ws := q.w.cfg.Workspaces
 	if ws == nil {
-		out, err = q.syntheticEnd(emit, protocol.ReasonWorkspaceCheckout, "worker: "+errNoWorkspaces.Error())
+		out, err = syntheticEnd(emit, protocol.ReasonWorkspaceCheckout, "worker: "+errNoWorkspaces.Error())
 		return base, out, false, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, checkoutTimeout)
@@ -54,11 +98,11 @@ func (q *query) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.Emi
 	case errors.Is(context.Cause(ctx), agent.ErrHandback):
 		return base, agent.Outcome{HandedBack: true}, false, nil
 	case errors.Is(context.Cause(ctx), agent.ErrCancelled):
-		out, err = q.syntheticEnd(emit, protocol.ReasonCancelled, "worker: the query was cancelled during the workspace checkout")
+		out, err = syntheticEnd(emit, protocol.ReasonCancelled, "worker: the query was cancelled during the workspace checkout")
 		return base, out, false, err
 	case errors.Is(err, workspace.ErrCheckout):
 		q.log.Warn().Err(err).Msg("workspace checkout failed; not retried")
-		out, err = q.syntheticEnd(emit, protocol.ReasonWorkspaceCheckout, err.Error())
+		out, err = syntheticEnd(emit, protocol.ReasonWorkspaceCheckout, err.Error())
 		return base, out, false, err
 	default:
 		return base, out, false, fmt.Errorf("workspace checkout: %w", err)
@@ -68,54 +112,41 @@ func (q *query) checkout(ctx context.Context, sb sandbox.Sandbox, emit agent.Emi
 // capture captures the work of a run that ended (not handed back) and
 // keeps the artifact for the terminal status. The run's context may be
 // cancelled (cancel, timeout): capture goes on without it.
-func (q *query) capture(ctx context.Context, sb sandbox.Sandbox, base workspace.Base) {
+func (m *workspaceMode) capture(ctx context.Context, sb sandbox.Sandbox, base workspace.Base) {
+	q := m.q
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), captureTimeout)
 	defer cancel()
 	art, err := q.w.cfg.Workspaces.Capture(ctx, sb, base)
 	if err != nil {
 		q.log.Error().Err(err).Msg("capturing the workspace")
-		q.wsStatus = &protocol.WorkspaceStatus{StartSHA: base.StartSHA, Branch: base.Branch, CaptureError: err.Error()}
+		m.status = &protocol.WorkspaceStatus{StartSHA: base.StartSHA, Branch: base.Branch, CaptureError: err.Error()}
 		return
 	}
 	if art.PushError != "" {
 		q.log.Warn().Str("push_error", art.PushError).Msg("pushing the work branch failed; the bundle is stored")
 	}
-	q.artifact = &art
-	q.wsStatus = art.Summary()
+	m.artifact = &art
+	m.status = art.Summary()
 }
 
 // publishArtifact publishes the manifest on .artifact, before the terminal
 // status, so a client that sees the status can read it.
-func (q *query) publishArtifact(ctx context.Context) {
-	if q.artifact == nil {
+func (m *workspaceMode) publishArtifact(ctx context.Context) {
+	q := m.q
+	if m.artifact == nil {
 		return
 	}
-	b, err := protocol.JSON{}.Marshal(q.artifact)
+	b, err := protocol.JSON{}.Marshal(m.artifact)
 	if err == nil {
-		m := nats.NewMsg(q.w.names.QueryArtifact(q.job.Tenant, q.job.ID))
-		m.Data = b
-		m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-		m.Header.Set(protocol.HeaderAttempt, fmt.Sprint(q.attempt))
+		msg := nats.NewMsg(q.w.names.QueryArtifact(q.job.Tenant, q.job.ID))
+		msg.Data = b
+		msg.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		msg.Header.Set(protocol.HeaderAttempt, fmt.Sprint(q.attempt))
 		pctx, cancel := context.WithTimeout(ctx, apiTimeout)
 		defer cancel()
-		_, err = q.w.js.PublishMsg(pctx, m)
+		_, err = q.w.js.PublishMsg(pctx, msg)
 	}
 	if err != nil {
 		q.log.Error().Err(err).Msg("publishing the workspace artifact")
 	}
-}
-
-// syntheticEnd ends a run that never started its agent with one synthetic
-// result line.
-func (q *query) syntheticEnd(emit agent.EmitFunc, reason, message string) (agent.Outcome, error) {
-	line := protocol.SyntheticResult(protocol.SyntheticInput{Reason: reason, Message: message})
-	msg := protocol.ParseMessage(line)
-	res, err := msg.AsResult()
-	if err != nil {
-		return agent.Outcome{}, err
-	}
-	if err := emit(agent.Line{Raw: line, Msg: msg, Synthetic: true}); err != nil {
-		return agent.Outcome{}, err
-	}
-	return agent.Outcome{Result: res, Synthetic: true, Reason: reason, Lines: 1}, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/agentfleet/agentfleet/internal/standin"
 )
 
@@ -20,7 +22,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == childFlag {
 		os.Exit(child(os.Args[2], os.Args[3:]))
 	}
-	os.Exit(m.Run())
+	// Every run's goroutines (stdout reader, exit wait, stop) must be
+	// gone once it returned.
+	goleak.VerifyTestMain(m)
 }
 
 func child(mode string, args []string) int {

@@ -199,15 +199,7 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 		runCtx, cancel = context.WithTimeoutCause(ctx, req.Timeout, ErrTimeout)
 		defer cancel()
 	}
-
-	argv := BuildArgv(r.cfg.Command, req.Job.Options)
-	proc, err := req.Sandbox.Start(runCtx, sandbox.ProcSpec{
-		ID:              cmp.Or(req.ProcID, "agent"),
-		Argv:            argv,
-		Env:             req.Env,
-		Stdin:           []byte(req.Job.Prompt),
-		StderrTailBytes: r.cfg.StderrTailBytes,
-	})
+	proc, err := req.Sandbox.Start(runCtx, r.procSpec(req))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrUnavailable) && runCtx.Err() == nil {
 			return Outcome{}, fmt.Errorf("agent: start query %s: %w", req.Job.ID, err)
@@ -224,57 +216,81 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 			Reason: reason, DurationMS: time.Since(start).Milliseconds(), Message: msg,
 		})
 	}
+	s := &supervisor{r: r, ctx: ctx, proc: proc, log: log}
+	rr, wr := s.watch(runCtx, emit)
+	return r.conclude(req, rr, wr, s.stopReason, start, emit, log)
+}
 
-	// One goroutine reads stdout to EOF and emits every line in order.
+// procSpec is the one place the one-shot agent's process is specified:
+// its argv from the command and the job's options, the environment the
+// job adds (the sandbox adds what the worker allows), the prompt on stdin.
+func (r *Runner) procSpec(req Request) sandbox.ProcSpec {
+	return sandbox.ProcSpec{
+		ID:              cmp.Or(req.ProcID, "agent"),
+		Argv:            BuildArgv(r.cfg.Command, req.Job.Options),
+		Env:             req.Env,
+		Stdin:           []byte(req.Job.Prompt),
+		StderrTailBytes: r.cfg.StderrTailBytes,
+	}
+}
+
+type waitResult struct {
+	status sandbox.ExitStatus
+	err    error
+}
+
+// supervisor watches one agent process to its end and stops it, once,
+// when the run decides so.
+type supervisor struct {
+	r    *Runner
+	ctx  context.Context
+	proc sandbox.Process
+	log  zerolog.Logger
+	// decided is set, before any signal is sent, once the run is being
+	// stopped for a reason other than its own result.
+	decided    atomic.Bool
+	stopOnce   sync.Once
+	stopWG     sync.WaitGroup
+	stopReason error
+}
+
+// stop stops the process group, once, for why.
+func (s *supervisor) stop(why error) {
+	s.stopOnce.Do(func() {
+		s.stopReason = why
+		if !errors.Is(why, errResultGrace) {
+			s.decided.Store(true)
+		}
+		s.stopWG.Go(func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.r.cfg.KillGrace+30*time.Second)
+			defer cancel()
+			if err := s.proc.Stop(sctx, s.r.cfg.KillGrace); err != nil && !errors.Is(err, sandbox.ErrExited) {
+				s.log.Warn().Err(err).Msg("stopping the agent")
+			}
+		})
+	})
+}
+
+// watch reads the process's stdout to EOF (emitting every line in order)
+// and waits for its exit status, stopping it after ResultGrace past its
+// last result, when its output is too large, when runCtx ends, or when
+// emit fails. It returns once both are in and any stop has finished.
+func (s *supervisor) watch(runCtx context.Context, emit EmitFunc) (rr readerResult, wr waitResult) {
+	r := s.r
 	resultSeen := make(chan struct{}, 1)
 	tooLarge := make(chan struct{})
 	readerDone := make(chan readerResult, 1)
-	// decided is set, before any signal is sent, once the run is being
-	// stopped for a reason other than its own result.
-	var decided atomic.Bool
-	go func() {
-		readerDone <- r.read(proc.Stdout(), emit, resultSeen, tooLarge, &decided)
-	}()
-	// Another waits for the exit status.
-	type waitResult struct {
-		status sandbox.ExitStatus
-		err    error
-	}
+	go func() { readerDone <- r.read(s.proc.Stdout(), emit, resultSeen, tooLarge, &s.decided) }()
 	waitDone := make(chan waitResult, 1)
 	go func() {
-		st, err := proc.Wait(context.WithoutCancel(ctx))
+		st, err := s.proc.Wait(context.WithoutCancel(s.ctx))
 		waitDone <- waitResult{st, err}
 	}()
-
 	var (
-		stopOnce   sync.Once
-		stopWG     sync.WaitGroup
-		stopReason error
-	)
-	stop := func(why error) {
-		stopOnce.Do(func() {
-			stopReason = why
-			if !errors.Is(why, errResultGrace) {
-				decided.Store(true)
-			}
-			stopWG.Go(func() {
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.KillGrace+30*time.Second)
-				defer cancel()
-				if err := proc.Stop(sctx, r.cfg.KillGrace); err != nil && !errors.Is(err, sandbox.ErrExited) {
-					log.Warn().Err(err).Msg("stopping the agent")
-				}
-			})
-		})
-	}
-
-	var (
-		rr       readerResult
-		wr       waitResult
-		haveRead bool
-		haveWait bool
-		grace    *time.Timer
-		graceC   <-chan time.Time
-		ctxDone  = runCtx.Done()
+		haveRead, haveWait bool
+		grace              *time.Timer
+		graceC             <-chan time.Time
+		ctxDone            = runCtx.Done()
 	)
 	for !haveRead || !haveWait {
 		select {
@@ -289,25 +305,31 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 			graceC = grace.C
 		case <-graceC:
 			graceC = nil
-			log.Info().Dur("grace", r.cfg.ResultGrace).Msg("agent still running after its result; stopping it")
-			stop(errResultGrace)
+			s.log.Info().Dur("grace", r.cfg.ResultGrace).Msg("agent still running after its result; stopping it")
+			s.stop(errResultGrace)
 		case <-tooLarge:
 			tooLarge = nil
-			stop(errOutputTooLarge)
+			s.stop(errOutputTooLarge)
 		case <-ctxDone:
 			ctxDone = nil
-			stop(context.Cause(runCtx))
+			s.stop(context.Cause(runCtx))
 		case rr = <-readerDone:
 			haveRead = true
 			if rr.emitErr != nil {
-				stop(rr.emitErr)
+				s.stop(rr.emitErr)
 			}
 		case wr = <-waitDone:
 			haveWait = true
 		}
 	}
-	stopWG.Wait()
+	s.stopWG.Wait()
+	return rr, wr
+}
 
+// conclude makes the run's outcome from what was read and the exit: the
+// agent's own result, a hand-back, an infrastructure failure, or one
+// synthetic result saying why the run ended without one.
+func (r *Runner) conclude(req Request, rr readerResult, wr waitResult, cause error, start time.Time, emit EmitFunc, log zerolog.Logger) (Outcome, error) {
 	out := Outcome{
 		Lines:     rr.lines,
 		Oversized: rr.oversized,
@@ -322,14 +344,13 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 		return out, rr.emitErr
 	}
 	if rr.lateResults > 0 {
-		log.Info().Int("results", rr.lateResults).Err(stopReason).Msg("the agent wrote a result after it was stopped; the stop decides the outcome")
+		log.Info().Int("results", rr.lateResults).Err(cause).Msg("the agent wrote a result after it was stopped; the stop decides the outcome")
 	}
 	if out.Result != nil {
 		// The agent wrote its own result before it was stopped: nothing to
 		// add, whatever the exit.
 		return out, nil
 	}
-	cause := stopReason
 	if errors.Is(cause, ErrHandback) {
 		out.HandedBack = true
 		return out, nil
@@ -353,21 +374,27 @@ func (r *Runner) Run(ctx context.Context, req Request, emit EmitFunc) (Outcome, 
 		in.Reason = protocol.ReasonProcessExit
 		in.Message = "worker: the agent exited before writing a result"
 	}
-	if out.Exit != nil {
-		in.StderrTail = out.Exit.StderrTail
-		in.Signal = out.Exit.Signal
-		if out.Exit.Signal == "" {
-			code := out.Exit.Code
-			in.ExitCode = &code
-			if in.Reason == protocol.ReasonProcessExit {
-				in.Message = fmt.Sprintf("worker: the agent exited with code %d before writing a result", code)
-			}
-		} else if in.Reason == protocol.ReasonProcessExit {
-			in.Message = fmt.Sprintf("worker: the agent was killed by %s before writing a result", out.Exit.Signal)
-		}
-	}
+	exitInput(&in, out.Exit)
 	log.Info().Str("reason", in.Reason).Msg("run ended without a result; writing a synthetic one")
 	return r.synthesize(emit, out, in)
+}
+
+// exitInput adds the exit status to a synthetic result's input.
+func exitInput(in *protocol.SyntheticInput, exit *sandbox.ExitStatus) {
+	if exit == nil {
+		return
+	}
+	in.StderrTail = exit.StderrTail
+	in.Signal = exit.Signal
+	if exit.Signal == "" {
+		code := exit.Code
+		in.ExitCode = &code
+		if in.Reason == protocol.ReasonProcessExit {
+			in.Message = fmt.Sprintf("worker: the agent exited with code %d before writing a result", code)
+		}
+	} else if in.Reason == protocol.ReasonProcessExit {
+		in.Message = fmt.Sprintf("worker: the agent was killed by %s before writing a result", exit.Signal)
+	}
 }
 
 var (

@@ -1,4 +1,4 @@
-package archiver
+package transcript
 
 import (
 	"context"
@@ -51,6 +51,14 @@ type Reader struct {
 // NewReader returns a Reader.
 func NewReader(nc *nats.Conn, names protocol.Names, store storage.Store) *Reader {
 	return &Reader{names: names, store: store, mux: directget.New(nc)}
+}
+
+// WithConsumer makes r read long transcripts, past directLines lines,
+// through an ephemeral consumer made with js (the archiver's Reader; a
+// worker may not create consumers on .msg subjects). It returns r.
+func (r *Reader) WithConsumer(js jetstream.JetStream) *Reader {
+	r.js = js
+	return r
 }
 
 // Lines reads every .msg line of the query from the stream, with batched
@@ -111,7 +119,7 @@ func (r *Reader) page(ctx context.Context, subj string, from uint64, batch int, 
 		return add(m.Header, m.Data)
 	})
 	if err != nil {
-		return false, 0, fmt.Errorf("archiver: reading %s: %w", subj, err)
+		return false, 0, fmt.Errorf("transcript: reading %s: %w", subj, err)
 	}
 	return more, last, nil
 }
@@ -120,7 +128,7 @@ func (r *Reader) page(ctx context.Context, subj string, from uint64, batch int, 
 const createTimeout = 5 * time.Second
 
 // errNoConsumer: the read-back consumer could not be made.
-var errNoConsumer = errors.New("archiver: no read-back consumer")
+var errNoConsumer = errors.New("transcript: no read-back consumer")
 
 // consume reads subj's lines from stream sequence from to the last one
 // through an ephemeral consumer (in memory, one replica, no acks), in
@@ -149,7 +157,7 @@ func (r *Reader) consume(ctx context.Context, subj string, from uint64, add func
 	for {
 		b, err := c.FetchNoWait(pageLines)
 		if err != nil {
-			return fmt.Errorf("archiver: reading %s: %w", subj, err)
+			return fmt.Errorf("transcript: reading %s: %w", subj, err)
 		}
 		n := 0
 		for m := range b.Messages() {
@@ -162,13 +170,13 @@ func (r *Reader) consume(ctx context.Context, subj string, from uint64, add func
 			}
 		}
 		if err := b.Error(); err != nil {
-			return fmt.Errorf("archiver: reading %s: %w", subj, err)
+			return fmt.Errorf("transcript: reading %s: %w", subj, err)
 		}
 		if n == 0 {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("archiver: reading %s: %w", subj, err)
+			return fmt.Errorf("transcript: reading %s: %w", subj, err)
 		}
 	}
 }
@@ -221,7 +229,7 @@ func (r *Reader) Merge(ctx context.Context, tenant, id string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("archiver: merging %s/%s: chunks kept changing", tenant, id)
+	return fmt.Errorf("transcript: merging %s/%s: chunks kept changing", tenant, id)
 }
 
 // MergeIfArchived merges the query's chunks into its transcript if the

@@ -1,4 +1,4 @@
-package archiver
+package transcript
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/jsretry"
 	"github.com/agentfleet/agentfleet/internal/natstest"
-	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -48,7 +48,7 @@ func fillReaderFixture(t *testing.T, nc *nats.Conn, js jetstream.JetStream, n in
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// On a loaded cluster a create's reply can be lost: provisioning's retry.
-	require.NoError(t, provision.Retry(ctx, func(ctx context.Context) error {
+	require.NoError(t, jsretry.Do(ctx, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateStream(ctx, sc)
 		return err
 	}))

@@ -1,4 +1,4 @@
-package worker
+package relay
 
 import (
 	"context"
@@ -38,12 +38,12 @@ func (m *memLog) Ack(uint64) {}
 // (it used to wait on its sync.Cond for good).
 func TestRelayRunEndsWithItsContext(t *testing.T) {
 	_, nc, _ := natstest.RunJetStream(t)
-	r := newRelay(&relay{
+	r := newRelay(&Relay{
 		pub: jspub.New(nc), nc: nc, subject: "fleet.q.default.q1.msg", tenant: "default", id: "q1", attempt: 1,
-		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(nil, 1, nil), log: zerolog.Nop(),
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(), log: zerolog.Nop(),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	r.start(ctx)
+	r.Start(ctx)
 	cancel()
 	select {
 	case <-r.done:
@@ -52,8 +52,8 @@ func TestRelayRunEndsWithItsContext(t *testing.T) {
 	}
 	// An emit after the publisher stopped does not wait for room.
 	r.maxQueued = 1
-	require.NoError(t, r.emit([]byte(`{"type":"assistant"}`)))
-	require.NoError(t, r.emit([]byte(`{"type":"assistant"}`)))
+	require.NoError(t, r.Emit([]byte(`{"type":"assistant"}`)))
+	require.NoError(t, r.Emit([]byte(`{"type":"assistant"}`)))
 }
 
 // TestRelayLinesWhoseAcksNeverComeAreReadBack: on a stream that stores
@@ -67,20 +67,20 @@ func TestRelayLinesWhoseAcksNeverComeAreReadBack(t *testing.T) {
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, NoAck: true})
 	require.NoError(t, err)
 	const lines = 50
-	r := newRelay(&relay{
+	r := newRelay(&Relay{
 		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
-		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(nil, 1, nil), log: zerolog.Nop(),
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(), log: zerolog.Nop(),
 		window: 16, timeout: 200 * time.Millisecond,
 		fence: fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
 	})
-	r.start(ctx)
-	defer r.shutdown()
+	r.Start(ctx)
+	defer r.Shutdown()
 	for i := range lines {
-		require.NoError(t, r.emit([]byte(`{"type":"assistant","n":`+strconv.Itoa(i+1)+`}`)))
+		require.NoError(t, r.Emit([]byte(`{"type":"assistant","n":`+strconv.Itoa(i+1)+`}`)))
 	}
 	fctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	require.NoError(t, r.flush(fctx))
+	require.NoError(t, r.Flush(fctx))
 
 	info, err := js.Stream(ctx, "Q")
 	require.NoError(t, err)
@@ -107,9 +107,9 @@ func TestRelayLineLostWithAConnectionIsSentAgain(t *testing.T) {
 	defer cancel()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.>"}, Duplicates: time.Minute})
 	require.NoError(t, err)
-	r := newRelay(&relay{
+	r := newRelay(&Relay{
 		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
-		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(nil, 1, nil), log: zerolog.Nop(),
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(), log: zerolog.Nop(),
 		timeout: 200 * time.Millisecond,
 		fence:   fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
 	})
@@ -172,9 +172,9 @@ func TestRelayLineLostWithAConnectionIsSentAgain(t *testing.T) {
 // after whatever the old connection lost; send marks its flight so.
 func TestRelaySendNoticesTheReconnectBuffer(t *testing.T) {
 	srv, nc, js := natstest.RunJetStream(t)
-	r := newRelay(&relay{
+	r := newRelay(&Relay{
 		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
-		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(nil, 1, nil), log: zerolog.Nop(),
+		maxPayload: 1 << 20, journal: &memLog{}, metrics: NewMetrics(), log: zerolog.Nop(),
 		fence: fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
 	})
 	f, err := r.send(outMsg{seq: 1, data: []byte(`{}`)})
@@ -212,13 +212,13 @@ func TestRelayLineRefusedThenALaterOneStoredIsSentAgain(t *testing.T) {
 	// All three are queued before the publisher starts, so line 3 goes
 	// out before line 2's refusal is back.
 	for _, l := range []string{`{"n":1}`, big, `{"n":3}`} {
-		require.NoError(t, r.emit([]byte(l)))
+		require.NoError(t, r.Emit([]byte(l)))
 	}
-	r.start(ctx)
-	defer r.shutdown()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(m.publishErrors) > 0 }, time.Minute, time.Millisecond)
+	r.Start(ctx)
+	defer r.Shutdown()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.PublishErrors) > 0 }, time.Minute, time.Millisecond)
 	raiseMaxMsgSize(ctx, t, js)
-	require.NoError(t, r.flush(ctx))
+	require.NoError(t, r.Flush(ctx))
 	requireStoredOnce(t, js, 3)
 }
 
@@ -234,15 +234,15 @@ func raiseMaxMsgSize(ctx context.Context, t *testing.T, js jetstream.JetStream) 
 }
 
 // groupRelay is a relay on stream Q that sends groups of 16 or more lines.
-func groupRelay(t *testing.T, maxMsgSize int32) (*relay, jetstream.JetStream, *Metrics) {
+func groupRelay(t *testing.T, maxMsgSize int32) (*Relay, jetstream.JetStream, *Metrics) {
 	t.Helper()
 	_, nc, js := natstest.RunJetStream(t)
 	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
 		Name: "Q", Subjects: []string{"q.>"}, Duplicates: time.Minute, MaxMsgSize: maxMsgSize, AllowDirect: true,
 	})
 	require.NoError(t, err)
-	m := NewMetrics(nil, 1, nil)
-	r := newRelay(&relay{
+	m := NewMetrics()
+	r := newRelay(&Relay{
 		pub: jspub.New(nc), nc: nc, stream: "Q", subject: "q.t.x.msg", tenant: "t", id: "x", attempt: 1,
 		maxPayload: 1 << 20, journal: &memLog{}, metrics: m, log: zerolog.Nop(), timeout: time.Second,
 		fence:  fence.NewWriter(fence.Config{JS: js, NC: nc, Stream: "Q", Subject: "q.t.x.status"}),
@@ -280,19 +280,19 @@ func TestRelayGroupsStoreEveryLine(t *testing.T) {
 	r, js, m := groupRelay(t, 0)
 	const lines = 1000
 	for i := range lines {
-		require.NoError(t, r.emit([]byte(`{"n":`+strconv.Itoa(i+1)+`}`)))
+		require.NoError(t, r.Emit([]byte(`{"n":`+strconv.Itoa(i+1)+`}`)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r.start(ctx)
-	defer r.shutdown()
-	require.NoError(t, r.flush(ctx))
+	r.Start(ctx)
+	defer r.Shutdown()
+	require.NoError(t, r.Flush(ctx))
 	order := requireStoredOnce(t, js, lines)
 	for i, fs := range order {
 		require.Equal(t, uint64(i+1), fs, "in order")
 	}
-	require.GreaterOrEqual(t, testutil.ToFloat64(m.lineGroups.WithLabelValues("stored")), 1.0)
-	require.Zero(t, testutil.ToFloat64(m.lineGroups.WithLabelValues("resent")))
+	require.GreaterOrEqual(t, testutil.ToFloat64(m.LineGroups.WithLabelValues("stored")), 1.0)
+	require.Zero(t, testutil.ToFloat64(m.LineGroups.WithLabelValues("resent")))
 }
 
 // TestRelayGroupWithARefusedLineIsSentAgain: the stream refuses line 20 of
@@ -310,15 +310,15 @@ func TestRelayGroupWithARefusedLineIsSentAgain(t *testing.T) {
 		if i+1 == 20 {
 			l = `{"pad":"` + strings.Repeat("x", 4096) + `"}`
 		}
-		require.NoError(t, r.emit([]byte(l)))
+		require.NoError(t, r.Emit([]byte(l)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r.start(ctx)
-	defer r.shutdown()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(m.lineGroups.WithLabelValues("resent")) > 0 }, time.Minute, time.Millisecond)
-	require.Eventually(t, func() bool { return testutil.ToFloat64(m.publishErrors) > 0 }, time.Minute, time.Millisecond, "line 20 refused again, alone")
+	r.Start(ctx)
+	defer r.Shutdown()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.LineGroups.WithLabelValues("resent")) > 0 }, time.Minute, time.Millisecond)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.PublishErrors) > 0 }, time.Minute, time.Millisecond, "line 20 refused again, alone")
 	raiseMaxMsgSize(ctx, t, js)
-	require.NoError(t, r.flush(ctx))
+	require.NoError(t, r.Flush(ctx))
 	requireStoredOnce(t, js, lines)
 }
