@@ -42,14 +42,6 @@ type Features struct {
 	Cached bool
 }
 
-// newWorkspaces is workspace.New with the provider's Config changes.
-func (s *suite) newWorkspaces(t *testing.T, cfg workspace.Config) (*workspace.Workspaces, error) {
-	if s.f.Config != nil {
-		s.f.Config(t, &cfg)
-	}
-	return workspace.New(cfg)
-}
-
 type suite struct {
 	newProvider func(t *testing.T) sandbox.Provider
 	f           Features
