@@ -175,7 +175,7 @@ func (l *Log) writeRecord(seq uint64, line []byte, whole bool) error {
 	if fault := cfg.Test.WriteFault; fault != nil {
 		if err := fault("wal"); err != nil {
 			if noSpace(err) {
-				l.j.markFull(err)
+				l.j.space.markFull(err)
 				return fmt.Errorf("journal: append %s seq %d: %w: %w", l.key, seq, ErrNoSpace, err)
 			}
 			return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
@@ -197,7 +197,7 @@ func (l *Log) writeRecord(seq uint64, line []byte, whole bool) error {
 			l.broken = errors.Join(err, terr)
 		}
 		if noSpace(err) {
-			l.j.markFull(err)
+			l.j.space.markFull(err)
 			return fmt.Errorf("journal: append %s seq %d: %w: %w", l.key, seq, ErrNoSpace, err)
 		}
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
@@ -358,7 +358,7 @@ func (l *Log) syncIfDirty() {
 		l.mu.Lock()
 		l.dirty = true
 		l.mu.Unlock()
-		l.j.logRetry(&l.logger, "fsync WAL", 0, l.j.cfg.FsyncInterval, err)
+		l.j.warn.storage(&l.logger, "fsync WAL", 0, l.j.cfg.FsyncInterval, err)
 	}
 }
 
