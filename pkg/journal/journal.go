@@ -230,6 +230,9 @@ func (j *Journal) stop(ctx context.Context) error {
 	return nil
 }
 
+// The journal is one of the fleet's long-lived services.
+var _ startstop.Service = (*Journal)(nil)
+
 // Started is closed once Start succeeded.
 func (j *Journal) Started() <-chan struct{} { return j.life.Started() }
 

@@ -614,6 +614,7 @@ func TestOpenErrors(t *testing.T) {
 	_, err = j.Open("acme", "q1", 1)
 	require.ErrorIs(t, err, ErrNotStarted)
 	require.NoError(t, j.Start(t.Context()))
+	waitOrTimeout(t, j.Started())
 	require.ErrorIs(t, j.Start(t.Context()), ErrAlreadyStarted, "a second Start is refused, as by every service")
 
 	for _, tc := range []struct {
