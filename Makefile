@@ -28,11 +28,14 @@ test/bridge: ## the Cloudflare bridge Worker: npm ci (when needed), typecheck an
 	./deploy/cloudflare/ci.sh
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOLANGCI_LINT ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
-lint: ## gofmt, go vet and staticcheck (pinned, fetched through the module proxy)
+lint: ## gofmt, go vet, staticcheck and golangci-lint (.golangci.yml; pinned, fetched through the module proxy), then the shape check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(GOLANGCI_LINT) run ./...
+	$(GO) run ./internal/shapecheck .
 
 soak: ## chaos run: 1,000 jobs, worker SIGKILLs, a NATS restart past the ack wait, a full journal disk; prints the counts
 	set -o pipefail; SOAK_JOBS=$${SOAK_JOBS:-1000} $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'

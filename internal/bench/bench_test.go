@@ -37,7 +37,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.MainNoLeaks(m) }
 
 func figure(name string, value float64, unit string) {
 	fmt.Printf("%s %s %s\n", name, strconv.FormatFloat(value, 'f', 3, 64), unit)

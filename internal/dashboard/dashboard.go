@@ -96,7 +96,7 @@ func New(cfg Config) (*Handler, error) {
 			}
 			return fmt.Sprintf("$%.4f", r.TotalCostUSD)
 		},
-		"path": func(s string) string { return url.PathEscape(s) },
+		"path": url.PathEscape,
 	}).ParseFS(web, "web/*.html")
 	if err != nil {
 		return nil, err

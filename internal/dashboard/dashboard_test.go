@@ -26,7 +26,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.MainNoLeaks(m) }
 
 const wait = 2 * time.Minute
 

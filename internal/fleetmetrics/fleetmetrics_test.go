@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.MainNoLeaks(m) }
 
 // Jobs nobody takes show as depth and wait per tenant; a running job counts
 // toward the desired workers but not the depth.

@@ -32,7 +32,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.MainNoLeaks(m) }
 
 func TestSoak(t *testing.T) {
 	// `make test` runs a short soak; `make soak` sets SOAK_JOBS.

@@ -1,6 +1,10 @@
 package journal
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/agentfleet/agentfleet/internal/startstop"
+)
 
 // Sentinel errors. Every error the package returns wraps one of these (or a
 // storage / OS error) together with the operation and the query it concerns.
@@ -11,8 +15,13 @@ var (
 	// ErrNotStarted is returned by Open before Start.
 	ErrNotStarted = errors.New("journal: not started")
 	// ErrStopped is returned by Start, Open and Append once Stop was called
-	// (Append only after Stop closed the local files).
+	// (Append only after Stop closed the local files). From Start it also
+	// wraps startstop.ErrStopped.
 	ErrStopped = errors.New("journal: stopped")
+	// ErrAlreadyStarted is returned by a second Start: the answer every
+	// service of the fleet gives (startstop.ErrAlreadyStarted, named here
+	// for callers outside this module).
+	ErrAlreadyStarted = startstop.ErrAlreadyStarted
 	// ErrExists is returned by Open when a log for the same tenant, query id
 	// and attempt is already open, or is still being recovered.
 	ErrExists = errors.New("journal: log already exists")

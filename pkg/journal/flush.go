@@ -34,10 +34,14 @@ type step struct {
 	timer    bool // wait at most wait
 }
 
+// flusher is a Log seen from its flusher goroutine: the methods that
+// persist it, apart from the ones the job path calls.
+type flusher struct{ *Log }
+
 // run is the log's flusher: it persists the WAL in order, one chunk at a
 // time, until the log is closed and persisted, Stop makes it exit, or it
 // gives up (ctx cancelled by Stop, permanent storage error, unreadable WAL).
-func (l *Log) run(ctx context.Context) {
+func (l flusher) run(ctx context.Context) {
 	defer func() {
 		l.mu.Lock()
 		l.done = true
@@ -73,13 +77,13 @@ func (l *Log) run(ctx context.Context) {
 
 // idleOpen reports an open log with nothing to flush: giving up on it loses
 // nothing.
-func (l *Log) idleOpen() bool {
+func (l flusher) idleOpen() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !l.closed && l.flushedOff >= l.writeOff
 }
 
-func (l *Log) decide() step {
+func (l flusher) decide() step {
 	cfg := &l.j.cfg
 	stopping := l.j.stopping()
 	l.mu.Lock()
@@ -111,7 +115,7 @@ func (l *Log) decide() step {
 	return step{action: actWait, timer: true, wait: max(0, l.oldestAt.Add(cfg.FlushInterval).Sub(now))}
 }
 
-func (l *Log) wait(ctx context.Context, s step) {
+func (l flusher) wait(ctx context.Context, s step) {
 	var timerC <-chan time.Time
 	if s.timer {
 		c, stop := l.j.cfg.Test.NewTimerFunc(s.wait)
@@ -142,7 +146,7 @@ type lineRef struct {
 
 // flushChunk records the next chunk in the state file, then puts its large
 // lines and the chunk itself, each with retries.
-func (l *Log) flushChunk(ctx context.Context, s step) error {
+func (l flusher) flushChunk(ctx context.Context, s step) error {
 	cfg := &l.j.cfg
 	// The flusher opens the WAL for each chunk, so a closed log waiting for
 	// storage holds no file descriptor.
@@ -260,7 +264,7 @@ func readChunk(r io.ReaderAt, from, limit int64, maxBytes int, cutGaps bool, lar
 // finish runs once a closed log is fully flushed: for a final log it waits
 // for the query's earlier attempts in this journal, then assembles the
 // transcript; then it removes the local files.
-func (l *Log) finish(ctx context.Context) error {
+func (l flusher) finish(ctx context.Context) error {
 	cfg := &l.j.cfg
 	l.mu.Lock()
 	final := l.final
@@ -312,12 +316,12 @@ func (l *Log) finish(ctx context.Context) error {
 	l.mu.Lock()
 	l.persisted = true
 	l.mu.Unlock()
-	l.j.forget(l)
+	l.j.forget(l.Log)
 	l.logger.Debug().Bool("final", final).Msg("journal: log persisted")
 	return nil
 }
 
-func (l *Log) fail(err error) {
+func (l flusher) fail(err error) {
 	l.mu.Lock()
 	l.failErr = err
 	lines := l.pendingLines
@@ -330,7 +334,7 @@ func (l *Log) fail(err error) {
 // backoff with jitter. It returns early on a permanent error or when ctx
 // (the journal's run context) ends. Once Stop is called, the backoff in
 // progress is cut short so a last attempt happens at once.
-func (l *Log) retry(ctx context.Context, op string, fn func(context.Context) error) error {
+func (l flusher) retry(ctx context.Context, op string, fn func(context.Context) error) error {
 	cfg := &l.j.cfg
 	for n := 0; ; n++ {
 		stoppingBefore := l.j.stopping()
@@ -347,7 +351,7 @@ func (l *Log) retry(ctx context.Context, op string, fn func(context.Context) err
 			return fmt.Errorf("%s: permanent error: %w", op, err)
 		}
 		d := backoff(cfg.RetryMin, cfg.RetryMax, n)
-		l.j.logRetry(&l.logger, op, n+1, d, err)
+		l.j.warn.storage(&l.logger, op, n+1, d, err)
 		if !stoppingBefore && l.j.stopping() {
 			continue // Stop began during this attempt: the last attempt is due now
 		}

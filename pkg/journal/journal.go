@@ -15,6 +15,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
+
+	"github.com/agentfleet/agentfleet/internal/startstop"
 )
 
 const (
@@ -45,21 +47,18 @@ type Journal struct {
 	cfg    Config
 	logger zerolog.Logger
 
-	// retryLog limits "persist failed, will retry" logs; suppressed counts
-	// the ones it dropped since the last one written.
-	retryLog   *rate.Limiter
-	suppressed atomic.Int64
+	// life answers Start and Stop the way every service of the fleet does.
+	life startstop.Base
+
+	warn retryLog
 
 	backlogLines atomic.Int64
 	backlogBytes atomic.Int64
 
 	space space
 
-	mu      sync.Mutex
-	started bool
-	stopped bool // Stop was called
-	stopErr error
-	logs    map[logKey]*Log
+	mu   sync.Mutex
+	logs map[logKey]*Log
 
 	// runCtx is the flushers' lifetime: detached from Start's ctx and
 	// cancelled (with errStopTimeout) only when Stop's ctx ends first.
@@ -78,7 +77,6 @@ type Journal struct {
 	lock       *os.File       // flock on Dir/.lock while started
 	flushers   sync.WaitGroup // one goroutine per log
 	background sync.WaitGroup // the fsync ticker
-	stoppedCh  chan struct{}
 }
 
 // New returns a Journal for cfg after filling in defaults and validating it,
@@ -91,14 +89,15 @@ func New(cfg Config) (*Journal, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("journal: create Dir: %w", err)
 	}
-	return &Journal{
-		cfg:       cfg,
-		logger:    cfg.Logger.With().Str("component", "journal").Logger(),
-		retryLog:  rate.NewLimiter(rate.Every(5*time.Second), 3),
-		logs:      make(map[logKey]*Log),
-		stoppedCh: make(chan struct{}),
-		space:     space{wake: make(chan struct{}, 1)},
-	}, nil
+	j := &Journal{
+		cfg:    cfg,
+		logger: cfg.Logger.With().Str("component", "journal").Logger(),
+		warn:   retryLog{limit: rate.NewLimiter(rate.Every(5*time.Second), 3)},
+		logs:   make(map[logKey]*Log),
+		space:  space{wake: make(chan struct{}, 1)},
+	}
+	j.space.cfg, j.space.logger = &j.cfg, &j.logger
+	return j, nil
 }
 
 // Start recovers the logs a previous process left in Dir (after a crash or
@@ -107,17 +106,25 @@ func New(cfg Config) (*Journal, error) {
 // closed is recovered as closed with final=false; a log closed final is
 // assembled once flushed. Start takes an exclusive lock on Dir (a .lock
 // file, flock on Unix) until Stop, so it fails while another process uses
-// the same Dir. Starting twice does nothing; Start after Stop returns
-// ErrStopped. ctx is only used for its values: the flushers run until Stop.
+// the same Dir. It answers as every service of the fleet does
+// (internal/startstop): a second Start returns ErrAlreadyStarted, Start
+// after Stop (even a Stop before any Start) returns ErrStopped, and a
+// Start that failed may be retried. ctx is only used for its values: the
+// flushers run until Stop.
 func (j *Journal) Start(ctx context.Context) error {
+	err := j.life.Start(ctx, j.start)
+	switch {
+	case errors.Is(err, startstop.ErrStopped):
+		return fmt.Errorf("%w: %w", ErrStopped, err)
+	case errors.Is(err, startstop.ErrAlreadyStarted):
+		return fmt.Errorf("journal: %w", err)
+	}
+	return err
+}
+
+func (j *Journal) start(ctx context.Context) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.stopped {
-		return ErrStopped
-	}
-	if j.started {
-		return nil
-	}
 	lock, err := lockDir(j.cfg.Dir)
 	if err != nil {
 		return err
@@ -131,17 +138,11 @@ func (j *Journal) Start(ctx context.Context) error {
 		return err
 	}
 	j.lock = lock
-	if err := j.writeReserve(); err != nil {
-		// Started full: the journal refuses lines until the prober finds room.
-		if !noSpace(err) {
-			j.logger.Warn().Err(err).Msg("journal: writing the space reserve")
-		}
-		j.space.full = fmt.Errorf("journal disk full (%s): %w", j.cfg.Dir, err)
-		j.space.recovered = make(chan struct{})
+	if err := j.space.writeReserve(); err != nil {
+		j.space.startFull(err)
 	}
 	j.runCtx, j.runCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	j.stopCtx, j.stopCancel = context.WithCancel(j.runCtx)
-	j.started = true
 	for _, l := range recovered {
 		j.logs[l.key] = l
 		j.startFlusher(l)
@@ -151,7 +152,10 @@ func (j *Journal) Start(ctx context.Context) error {
 		go j.syncLoop()
 	}
 	j.background.Add(1)
-	go j.spaceLoop()
+	go func() {
+		defer j.background.Done()
+		j.space.loop(j.stopCtx.Done())
+	}()
 	if j.cfg.SpillAfter > 0 {
 		j.background.Add(1)
 		go j.spillLoop()
@@ -165,25 +169,23 @@ func (j *Journal) Start(ctx context.Context) error {
 // that are still open keep working until the flushers are done; after Stop
 // returns they fail with ErrStopped. Stop returns an error wrapping
 // ErrNotPersisted that lists every log not fully persisted; their files stay
-// in Dir and the next Start recovers them. Stopping twice, or before Start,
-// does nothing (a second Stop returns the first one's result).
+// in Dir and the next Start recovers them. A Stop before Start only marks
+// the journal stopped; a second Stop returns the first one's result.
 func (j *Journal) Stop(ctx context.Context) error {
-	j.mu.Lock()
-	if !j.started || j.stopped {
-		err := j.stopErr
-		j.mu.Unlock()
-		return err
-	}
-	j.stopped = true
-	j.mu.Unlock()
+	return j.life.Stop(ctx, j.stop)
+}
 
+func (j *Journal) stop(ctx context.Context) error {
 	// Shutdown order, senders before receivers: (1) no new logs (stopped
 	// flag) and flushers switch to "flush everything, then exit"; (2) wait
 	// for the flushers, cancelling their storage calls if ctx ends first;
 	// (3) stop the fsync ticker; (4) fsync and close the files, after which
 	// Append fails with ErrStopped.
 	// Memory-first logs spill what the stream has not acknowledged, so
-	// the flushers store it (or the next Start recovers it).
+	// the flushers store it (or the next Start recovers it). The lifecycle
+	// is already marked stopping, and spillAll takes j.mu: an Open that
+	// held it before has indexed its log and started its flusher, every
+	// later one sees Stopping and refuses.
 	j.spillAll(true)
 	j.stopCancel()
 	j.flusherMu.Lock()
@@ -218,23 +220,24 @@ func (j *Journal) Stop(ctx context.Context) error {
 	j.runCancel(ErrStopped)
 	_ = j.lock.Close() // releases the flock
 
-	var err error
 	if len(problems) > 0 {
-		err = fmt.Errorf("journal: stop: %w: %d logs kept in %s for recovery: %s",
+		err := fmt.Errorf("journal: stop: %w: %d logs kept in %s for recovery: %s",
 			ErrNotPersisted, len(problems), j.cfg.Dir, strings.Join(problems, "; "))
 		j.logger.Error().Err(err).Msg("journal stopped with unpersisted logs")
-	} else {
-		j.logger.Info().Msg("journal stopped")
+		return err
 	}
-	j.mu.Lock()
-	j.stopErr = err
-	j.mu.Unlock()
-	close(j.stoppedCh)
-	return err
+	j.logger.Info().Msg("journal stopped")
+	return nil
 }
 
+// The journal is one of the fleet's long-lived services.
+var _ startstop.Service = (*Journal)(nil)
+
+// Started is closed once Start succeeded.
+func (j *Journal) Started() <-chan struct{} { return j.life.Started() }
+
 // Stopped is closed when Stop has finished.
-func (j *Journal) Stopped() <-chan struct{} { return j.stoppedCh }
+func (j *Journal) Stopped() <-chan struct{} { return j.life.Stopped() }
 
 // Open creates the log of one attempt of a query and starts its flusher.
 // tenant and id must be storage key segments ([A-Za-z0-9._=-], at most 128
@@ -249,10 +252,10 @@ func (j *Journal) Open(tenant, id string, attempt int) (*Log, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	switch {
-	case !j.started:
-		return nil, fmt.Errorf("journal: open %s: %w", key, ErrNotStarted)
-	case j.stopped:
+	case j.life.Stopping():
 		return nil, fmt.Errorf("journal: open %s: %w", key, ErrStopped)
+	case !j.life.Running():
+		return nil, fmt.Errorf("journal: open %s: %w", key, ErrNotStarted)
 	case j.logs[key] != nil:
 		return nil, fmt.Errorf("journal: open %s: %w", key, ErrExists)
 	}
@@ -316,7 +319,7 @@ func (j *Journal) startFlusher(l *Log) {
 	j.flushers.Add(1)
 	go func() {
 		defer j.flushers.Done()
-		l.run(j.runCtx)
+		flusher{l}.run(j.runCtx)
 	}()
 }
 
@@ -369,14 +372,31 @@ func (j *Journal) syncLoop() {
 	}
 }
 
-// logRetry logs a failed storage call through the rate limiter.
-func (j *Journal) logRetry(logger *zerolog.Logger, op string, retry int, backoff time.Duration, err error) {
-	if !j.retryLog.Allow() {
-		j.suppressed.Add(1)
+// retryLog limits the "persist failed, will retry" and "spill failed"
+// logs; suppressed counts the ones it dropped since the last one written.
+type retryLog struct {
+	limit      *rate.Limiter
+	suppressed atomic.Int64
+}
+
+// storage logs a failed storage call through the rate limiter.
+func (r *retryLog) storage(logger *zerolog.Logger, op string, retry int, backoff time.Duration, err error) {
+	if !r.limit.Allow() {
+		r.suppressed.Add(1)
 		return
 	}
 	logger.Warn().Err(err).Str("op", op).Int("retry", retry).Dur("backoff", backoff).
-		Int64("suppressed", j.suppressed.Swap(0)).Msg("journal: persist failed, will retry")
+		Int64("suppressed", r.suppressed.Swap(0)).Msg("journal: persist failed, will retry")
+}
+
+// spill logs a failed spill through the rate limiter.
+func (r *retryLog) spill(logger *zerolog.Logger, err error) {
+	if !r.limit.Allow() {
+		r.suppressed.Add(1)
+		return
+	}
+	logger.Warn().Err(err).Int64("suppressed", r.suppressed.Swap(0)).
+		Msg("journal: spilling lines the stream has not acknowledged failed; they stay in memory, will retry")
 }
 
 func validKey(k logKey) error {

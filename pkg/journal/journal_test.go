@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
@@ -612,9 +613,9 @@ func TestOpenErrors(t *testing.T) {
 	require.NoError(t, err)
 	_, err = j.Open("acme", "q1", 1)
 	require.ErrorIs(t, err, ErrNotStarted)
-	require.NoError(t, j.Stop(t.Context()), "Stop before Start does nothing")
 	require.NoError(t, j.Start(t.Context()))
-	require.NoError(t, j.Start(t.Context()), "Start twice does nothing")
+	waitOrTimeout(t, j.Started())
+	require.ErrorIs(t, j.Start(t.Context()), ErrAlreadyStarted, "a second Start is refused, as by every service")
 
 	for _, tc := range []struct {
 		tenant, id string
@@ -637,6 +638,17 @@ func TestOpenErrors(t *testing.T) {
 	_, err = j.Open("acme", "q2", 1)
 	require.ErrorIs(t, err, ErrStopped)
 	require.ErrorIs(t, j.Start(t.Context()), ErrStopped)
+	require.ErrorIs(t, j.Start(t.Context()), startstop.ErrStopped, "the fleet's shared answer")
+
+	// A Stop before Start stops the journal for good, as it does every
+	// service: it is not started afterwards.
+	j2, err := New(testConfig(t, newMemStore()))
+	require.NoError(t, err)
+	require.NoError(t, j2.Stop(t.Context()), "Stop before Start")
+	waitOrTimeout(t, j2.Stopped())
+	require.ErrorIs(t, j2.Start(t.Context()), ErrStopped)
+	_, err = j2.Open("acme", "q1", 1)
+	require.ErrorIs(t, err, ErrStopped)
 }
 
 func TestBackoff(t *testing.T) {

@@ -100,8 +100,7 @@ func (l *Log) create() error {
 	if err != nil {
 		return fmt.Errorf("create WAL: %w", err)
 	}
-	switch l.j.cfg.Fsync {
-	case FsyncAlways:
+	if l.j.cfg.Fsync == FsyncAlways {
 		for _, d := range []string{dir, filepath.Dir(dir), l.j.cfg.Dir} {
 			if err := syncDir(d); err != nil {
 				_ = f.Close()
@@ -175,7 +174,7 @@ func (l *Log) writeRecord(seq uint64, line []byte, whole bool) error {
 	if fault := cfg.Test.WriteFault; fault != nil {
 		if err := fault("wal"); err != nil {
 			if noSpace(err) {
-				l.j.markFull(err)
+				l.j.space.markFull(err)
 				return fmt.Errorf("journal: append %s seq %d: %w: %w", l.key, seq, ErrNoSpace, err)
 			}
 			return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
@@ -197,7 +196,7 @@ func (l *Log) writeRecord(seq uint64, line []byte, whole bool) error {
 			l.broken = errors.Join(err, terr)
 		}
 		if noSpace(err) {
-			l.j.markFull(err)
+			l.j.space.markFull(err)
 			return fmt.Errorf("journal: append %s seq %d: %w: %w", l.key, seq, ErrNoSpace, err)
 		}
 		return fmt.Errorf("journal: append %s seq %d: %w", l.key, seq, err)
@@ -257,7 +256,7 @@ func (l *Log) Close(final bool) error {
 		if err := l.spill(); err != nil {
 			l.closed, l.final = true, final
 			l.mu.Unlock()
-			return nil
+			return nil //nolint:nilerr // the lines stay in memory and the spill is retried: Close itself succeeded
 		}
 	}
 	l.closed = true
@@ -358,7 +357,7 @@ func (l *Log) syncIfDirty() {
 		l.mu.Lock()
 		l.dirty = true
 		l.mu.Unlock()
-		l.j.logRetry(&l.logger, "fsync WAL", 0, l.j.cfg.FsyncInterval, err)
+		l.j.warn.storage(&l.logger, "fsync WAL", 0, l.j.cfg.FsyncInterval, err)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"os"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // Memory first (Config.SpillAfter > 0): a log keeps its lines in memory
@@ -79,9 +77,9 @@ func (l *Log) spill() error {
 	}
 	if err := l.create(); err != nil {
 		if noSpace(err) {
-			l.j.markFull(err)
+			l.j.space.markFull(err)
 		}
-		l.j.logSpill(&l.logger, err)
+		l.j.warn.spill(&l.logger, err)
 		return err
 	}
 	last := l.lastSeq
@@ -89,7 +87,7 @@ func (l *Log) spill() error {
 	for _, m := range l.mem {
 		if err := l.writeRecord(m.seq, m.line, m.whole); err != nil {
 			l.unspill(last)
-			l.j.logSpill(&l.logger, err)
+			l.j.warn.spill(&l.logger, err)
 			return err
 		}
 	}
@@ -211,7 +209,7 @@ func (j *Journal) startSpilledFlusher(l *Log) bool {
 	j.flushers.Add(1)
 	go func() {
 		defer j.flushers.Done()
-		l.run(j.runCtx)
+		flusher{l}.run(j.runCtx)
 	}()
 	return true
 }
@@ -246,14 +244,4 @@ func (j *Journal) spillAll(force bool) {
 	for _, l := range logs {
 		l.spillIfDue(now, force)
 	}
-}
-
-// logSpill logs a failed spill through the rate limiter.
-func (j *Journal) logSpill(logger *zerolog.Logger, err error) {
-	if !j.retryLog.Allow() {
-		j.suppressed.Add(1)
-		return
-	}
-	logger.Warn().Err(err).Int64("suppressed", j.suppressed.Swap(0)).
-		Msg("journal: spilling lines the stream has not acknowledged failed; they stay in memory, will retry")
 }

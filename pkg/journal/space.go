@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // reserveFile holds Config.ReserveBytes of the journal's disk, written at
@@ -22,8 +24,12 @@ const reserveFile = ".reserve"
 // worker still publishes it to NATS, and the archiver stores it from there).
 var ErrNoSpace = errors.New("journal: no space left on the journal's disk")
 
-// space tracks whether the journal's disk can take lines.
+// space tracks whether the journal's disk can take lines: the reserve
+// file, the full flag and the prober that clears it.
 type space struct {
+	cfg    *Config
+	logger *zerolog.Logger
+
 	mu        sync.Mutex
 	full      error         // why the disk is full; nil when it is not
 	recovered chan struct{} // closed when full ends
@@ -44,39 +50,51 @@ func (j *Journal) Full() (reason error, recovered <-chan struct{}) {
 	return j.space.full, j.space.recovered
 }
 
+// startFull records that Start found no room for the reserve: the journal
+// refuses lines until the prober finds room.
+func (s *space) startFull(err error) {
+	if !noSpace(err) {
+		s.logger.Warn().Err(err).Msg("journal: writing the space reserve")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.full = fmt.Errorf("journal disk full (%s): %w", s.cfg.Dir, err)
+	s.recovered = make(chan struct{})
+}
+
 // markFull records that a write found the disk full: it releases the
 // reserve, so flushers can make progress, and logs once.
-func (j *Journal) markFull(cause error) {
-	j.space.mu.Lock()
-	if j.space.full != nil {
-		j.space.mu.Unlock()
+func (s *space) markFull(cause error) {
+	s.mu.Lock()
+	if s.full != nil {
+		s.mu.Unlock()
 		return
 	}
-	j.space.full = fmt.Errorf("journal disk full (%s): %w", j.cfg.Dir, cause)
-	j.space.recovered = make(chan struct{})
-	j.space.mu.Unlock()
-	released := os.Remove(filepath.Join(j.cfg.Dir, reserveFile)) == nil
-	j.logger.Error().Err(cause).Bool("reserve_released", released).
+	s.full = fmt.Errorf("journal disk full (%s): %w", s.cfg.Dir, cause)
+	s.recovered = make(chan struct{})
+	s.mu.Unlock()
+	released := os.Remove(filepath.Join(s.cfg.Dir, reserveFile)) == nil
+	s.logger.Error().Err(cause).Bool("reserve_released", released).
 		Msg("journal disk full: lines are not journaled until space returns (they still go to NATS)")
 	select {
-	case j.space.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
 // writeReserve writes the reserve file with real blocks (a sparse file
 // reserves nothing). It fails, leaving no partial file, when they do not fit.
-func (j *Journal) writeReserve() error {
-	if j.cfg.ReserveBytes <= 0 {
+func (s *space) writeReserve() error {
+	if s.cfg.ReserveBytes <= 0 {
 		return nil
 	}
-	if fault := j.cfg.Test.WriteFault; fault != nil {
+	if fault := s.cfg.Test.WriteFault; fault != nil {
 		if err := fault("reserve"); err != nil {
 			return err
 		}
 	}
-	path := filepath.Join(j.cfg.Dir, reserveFile)
-	if st, err := os.Stat(path); err == nil && st.Size() >= int64(j.cfg.ReserveBytes) {
+	path := filepath.Join(s.cfg.Dir, reserveFile)
+	if st, err := os.Stat(path); err == nil && st.Size() >= int64(s.cfg.ReserveBytes) {
 		return nil
 	}
 	f, err := os.OpenFile(path+tmpSuffix, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -84,7 +102,7 @@ func (j *Journal) writeReserve() error {
 		return err
 	}
 	buf := make([]byte, 64<<10)
-	for left := j.cfg.ReserveBytes; left > 0 && err == nil; left -= len(buf) {
+	for left := s.cfg.ReserveBytes; left > 0 && err == nil; left -= len(buf) {
 		_, err = f.Write(buf[:min(left, len(buf))])
 	}
 	if err == nil {
@@ -105,50 +123,49 @@ func (j *Journal) writeReserve() error {
 // spaceLoop watches a full disk: every SpaceProbeInterval (or at once when
 // marked full) it tries to write the reserve again; once that works, the
 // disk has room for the reserve and more, and the journal takes lines again.
-func (j *Journal) spaceLoop() {
-	defer j.background.Done()
-	t := time.NewTicker(j.cfg.SpaceProbeInterval)
+func (s *space) loop(stop <-chan struct{}) {
+	t := time.NewTicker(s.cfg.SpaceProbeInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-		case <-j.space.wake:
-		case <-j.stopCtx.Done():
+		case <-s.wake:
+		case <-stop:
 			return
 		}
-		j.space.mu.Lock()
-		full := j.space.full
-		j.space.mu.Unlock()
+		s.mu.Lock()
+		full := s.full
+		s.mu.Unlock()
 		if full == nil {
 			continue
 		}
-		if err := j.probeSpace(); err != nil {
+		if err := s.probe(); err != nil {
 			continue
 		}
-		j.space.mu.Lock()
-		j.space.full = nil
-		close(j.space.recovered)
-		j.space.mu.Unlock()
-		j.logger.Info().Msg("journal disk has room again: journaling lines")
+		s.mu.Lock()
+		s.full = nil
+		close(s.recovered)
+		s.mu.Unlock()
+		s.logger.Info().Msg("journal disk has room again: journaling lines")
 	}
 }
 
 // probeSpace checks that the disk has room for the reserve and as much
 // again for lines (without writing: a probe that wrote would take the room
 // the flusher needs), then writes the reserve back.
-func (j *Journal) probeSpace() error {
-	if fault := j.cfg.Test.WriteFault; fault != nil {
+func (s *space) probe() error {
+	if fault := s.cfg.Test.WriteFault; fault != nil {
 		if err := fault("probe"); err != nil {
 			return err
 		}
 	}
-	want := int64(2 * max(j.cfg.ReserveBytes, 64<<10))
-	free, err := freeBytes(j.cfg.Dir)
+	want := int64(2 * max(s.cfg.ReserveBytes, 64<<10))
+	free, err := freeBytes(s.cfg.Dir)
 	switch {
 	case err == nil && free < want:
 		return fmt.Errorf("%d bytes free, want %d: %w", free, want, syscall.ENOSPC)
 	case err != nil && !errors.Is(err, errors.ErrUnsupported):
 		return err
 	}
-	return j.writeReserve()
+	return s.writeReserve()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -168,7 +169,7 @@ func readAllLines(t testing.TB, r io.Reader, maxLine int) [][]byte {
 	var lines [][]byte
 	for {
 		line, err := lr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return lines
 		}
 		require.NoError(t, err)

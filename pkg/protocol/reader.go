@@ -166,13 +166,12 @@ func (r *LineReader) tooLarge(n int64) []byte {
 	if cap(r.long) > keepLineBuf {
 		r.long = nil
 	}
-	m := append(r.marker[:0], `{"type":"`+TypeLineTooLarge+`","bytes":`...)
-	m = strconv.AppendInt(m, n, 10)
-	m = append(m, `,"cap":`...)
-	m = strconv.AppendInt(m, int64(r.maxLine), 10)
-	m = append(m, '}')
-	r.marker = m
-	return m
+	r.marker = append(r.marker[:0], `{"type":"`+TypeLineTooLarge+`","bytes":`...)
+	r.marker = strconv.AppendInt(r.marker, n, 10)
+	r.marker = append(r.marker, `,"cap":`...)
+	r.marker = strconv.AppendInt(r.marker, int64(r.maxLine), 10)
+	r.marker = append(r.marker, '}')
+	return r.marker
 }
 
 // trimTerminator removes the \n ending line and a \r before it.

@@ -427,7 +427,7 @@ func (s *Session) write(line []byte) error {
 	}
 	if _, err := s.proc.Stdin().Write(append(line, '\n')); err != nil {
 		if errors.Is(err, sandbox.ErrExited) {
-			return fmt.Errorf("%w: %v", ErrExited, err)
+			return fmt.Errorf("%w: %v", ErrExited, err) //nolint:errorlint // callers match the session's ErrExited; the sandbox's error is its text
 		}
 		return fmt.Errorf("session: write stdin: %w", err)
 	}

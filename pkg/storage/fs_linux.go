@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"io/fs"
 	"math/rand/v2"
 	"path/filepath"
@@ -31,7 +32,7 @@ func stage(dir string, value []byte) (string, error) {
 	for try := 0; ; try++ {
 		name := filepath.Join(dir, "~tmp-"+strconv.FormatUint(rand.Uint64(), 36))
 		fd, err := rawio.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
-		if err == unix.EEXIST && try < 100 {
+		if errors.Is(err, unix.EEXIST) && try < 100 {
 			continue
 		}
 		if err != nil {

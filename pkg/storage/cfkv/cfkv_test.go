@@ -191,7 +191,10 @@ func TestKeysAreOnePathSegment(t *testing.T) {
 	require.True(t, ok, "the fake unescaped %%2F back to '/'")
 
 	// Unescaped, cloudflare-go would send three segments: no route.
-	_, err := s.nsvc.Values.Get(t.Context(), testNS, key, kv.NamespaceValueGetParams{AccountID: cloudflare.F(testAccount)})
+	res, err := s.nsvc.Values.Get(t.Context(), testNS, key, kv.NamespaceValueGetParams{AccountID: cloudflare.F(testAccount)})
+	if res != nil {
+		_ = res.Body.Close()
+	}
 	var cfErr *cloudflare.Error
 	require.ErrorAs(t, err, &cfErr)
 	require.Equal(t, http.StatusNotFound, cfErr.StatusCode)
@@ -754,7 +757,7 @@ func TestClassify(t *testing.T) {
 		{status: 409, retryable: true, sentinel: storage.ErrUnavailable},
 	}
 	for _, c := range cases {
-		f := classify(someErr, resp(c.status, c.after))
+		f := classify(someErr, resp(c.status, c.after)) //nolint:bodyclose // resp's body is http.NoBody
 		require.Equal(t, c.retryable, f.retryable, "status %d", c.status)
 		require.Equal(t, c.sentinel, f.sentinel, "status %d", c.status)
 		if c.after != "" {
