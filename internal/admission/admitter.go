@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -88,9 +89,12 @@ func (c Config) validate() error {
 }
 
 // Admitter is the admission service of one dispatcher. Every admitter
-// keeps the tenants' settings, spend and pauses (KV watchers) and records
-// spend from results; only the one holding the leadership lease admits.
+// keeps the tenants' settings, spend and pauses (KV watchers, the book)
+// and records spend from results; only the one holding the leadership
+// lease admits (lease.go), one pass at a time (pass.go).
 type Admitter struct {
+	startstop.Base
+
 	cfg   Config
 	names protocol.Names
 	log   zerolog.Logger
@@ -100,14 +104,8 @@ type Admitter struct {
 	state   jetstream.KeyValue
 	lease   jetstream.KeyValue
 
-	mu       sync.Mutex
-	settings map[string]Settings
-	spend    map[string]map[int64]float64
-	pauses   map[string]time.Time
-	// unrecorded is the cost of results the leader saw end (their status
-	// on the core subject) that the spend in the KV bucket may not count
-	// yet (see seenCost).
-	unrecorded map[string][]unrecordedCost
+	// book holds the tenants' settings, spend and pauses (budget.go).
+	book *book
 
 	wake       chan struct{}
 	jobPokes   atomic.Int64 // core messages seen on the jobs subjects
@@ -116,22 +114,8 @@ type Admitter struct {
 	validUntil atomic.Int64 // unix ns: admit only before this (lease safety margin)
 	workCap    atomic.Int64 // the work consumer's MaxAckPending, as last read (0: not yet)
 
-	// Leader-only state, used by the lead goroutine alone.
-	sched     *drr
-	cursor    map[string]uint64
-	moved     map[string]bool // subjects with admitted jobs not yet purged
-	storedSeq uint64          // highest FLEET_JOBS sequence known stored
-	heads     map[string][]head
-	lastQueue map[string]int // per tenant: its queued jobs after the last pass
-	announced map[uint64]announcement
-	rounds    map[string]time.Time // per tenant: the last announcement round
-
-	startMu  sync.Mutex
-	started  bool
-	stopping bool
 	cancel   context.CancelCauseFunc
 	wg       sync.WaitGroup
-	stopped  chan struct{}
 	spendKV  atomic.Pointer[jetstream.KeyValue] // a.state once Start made it, for RecordSpend
 	watchers []jetstream.KeyWatcher
 	pauseQ   chan pauseReq
@@ -145,45 +129,65 @@ func New(cfg Config) (*Admitter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With().Str("component", "admission").Str("admitter", cfg.ID).Logger()
 	return &Admitter{
-		cfg: cfg, names: cfg.Names,
-		log:      cfg.Logger.With().Str("component", "admission").Str("admitter", cfg.ID).Logger(),
-		settings: map[string]Settings{}, spend: map[string]map[int64]float64{}, pauses: map[string]time.Time{},
-		unrecorded: map[string][]unrecordedCost{},
-		wake:       make(chan struct{}, 1), stopped: make(chan struct{}), pauseQ: make(chan pauseReq, 256),
+		Base: startstop.Base{Name: "admission"},
+		cfg:  cfg, names: cfg.Names, log: log,
+		book: newBook(cfg.Names, cfg.Policy, cfg.Now, log),
+		wake: make(chan struct{}, 1), pauseQ: make(chan pauseReq, 256),
 	}, nil
 }
 
 // SettingsOf returns the settings this admitter knows for tenant (from its
 // watch of FLEET_TENANTS), and whether it has any.
-func (a *Admitter) SettingsOf(tenant string) (Settings, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.settings[tenant]
-	return s, ok
-}
+func (a *Admitter) SettingsOf(tenant string) (Settings, bool) { return a.book.settingsOf(tenant) }
 
 // Leading reports whether this admitter holds the leadership lease.
 func (a *Admitter) Leading() bool { return a.leading.Load() }
 
-// Stopped is closed once Stop has finished.
-func (a *Admitter) Stopped() <-chan struct{} { return a.stopped }
-
 // Start opens the buckets, loads settings, spend and pauses, starts the
-// spend recorder and the campaign for leadership, and returns.
-func (a *Admitter) Start(ctx context.Context) error {
-	a.startMu.Lock()
-	defer a.startMu.Unlock()
-	if a.started || a.stopping {
-		return nil
+// spend recorder and the campaign for leadership, and returns. A Start
+// that fails undoes what it began; see startstop for a second Start.
+func (a *Admitter) Start(ctx context.Context) error { return a.Base.Start(ctx, a.start) }
+
+// Stop ends admitting (handing the lease back at once, so another
+// dispatcher takes over without waiting for it to expire) and waits for
+// every goroutine, limited by ctx.
+func (a *Admitter) Stop(ctx context.Context) error { return a.Base.Stop(ctx, a.halt) }
+
+func (a *Admitter) start(ctx context.Context) error {
+	if err := a.open(ctx); err != nil {
+		return err
 	}
+	life, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	for _, kv := range []jetstream.KeyValue{a.tenants, a.state} {
+		if err := a.watchBucket(ctx, life, kv); err != nil {
+			_ = a.halt(context.Background())
+			return err
+		}
+	}
+	// Spend is recorded from the dispatcher's status index (RecordSpend);
+	// the durable consumer earlier versions read it with goes.
 	n := a.names
-	var err error
+	if err := a.cfg.JS.DeleteConsumer(ctx, n.QueriesStream(), SpendConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		a.log.Warn().Err(err).Str("consumer", SpendConsumer).Msg("removing the consumer earlier versions read spend with")
+	}
+	a.spendKV.Store(&a.state)
+	a.wg.Add(2)
+	go a.campaign(life)
+	go a.pauser(life)
+	return nil
+}
+
+// open finds the jobs stream and opens (or makes) the three buckets.
+func (a *Admitter) open(ctx context.Context) error {
+	n := a.names
 	// Each request through provision.Retry: on a cluster a peer can be
 	// offline for a moment, or the meta leader changing, when the
 	// dispatcher starts (a CI run: "no suitable peers for placement, peer
 	// offline" for FLEET_ADMITTER, the buckets before it made).
-	err = provision.Retry(ctx, func(ctx context.Context) (err error) {
+	err := provision.Retry(ctx, func(ctx context.Context) (err error) {
 		a.stream, err = a.cfg.JS.Stream(ctx, n.JobsStream())
 		return err
 	})
@@ -205,72 +209,44 @@ func (a *Admitter) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("admission: bucket %s: %w", n.AdmitterBucket(), err)
 	}
-	life, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a.cancel = cancel
-	for _, kv := range []jetstream.KeyValue{a.tenants, a.state} {
-		w, err := kv.WatchAll(life)
-		if err != nil {
-			cancel(err)
-			return fmt.Errorf("admission: watching %s: %w", kv.Bucket(), err)
-		}
-		a.watchers = append(a.watchers, w)
-		// The initial values end with a nil entry; wait for it so the
-		// first decision sees every setting.
-		if err := a.applyInitial(ctx, kv.Bucket(), w); err != nil {
-			cancel(err)
-			return err
-		}
-		a.wg.Add(1)
-		go a.watch(kv.Bucket(), w)
-	}
-	// Spend is recorded from the dispatcher's status index (RecordSpend);
-	// the durable consumer earlier versions read it with goes.
-	if err := a.cfg.JS.DeleteConsumer(ctx, n.QueriesStream(), SpendConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		a.log.Warn().Err(err).Str("consumer", SpendConsumer).Msg("removing the consumer earlier versions read spend with")
-	}
-	a.spendKV.Store(&a.state)
-	a.wg.Add(2)
-	go a.campaign(life)
-	go a.pauser(life)
-	a.started = true
 	return nil
 }
 
-// Stop ends admitting (handing the lease back at once, so another
-// dispatcher takes over without waiting for it to expire) and waits for
-// every goroutine, limited by ctx. Shutdown order: the watchers (senders)
-// first, then the campaign and pauser goroutines.
-func (a *Admitter) Stop(ctx context.Context) error {
-	a.startMu.Lock()
-	if a.stopping {
-		a.startMu.Unlock()
-		select {
-		case <-a.stopped:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+// watchBucket watches kv into the book: it applies the initial values
+// before it returns, so the first decision sees every setting, then
+// follows the updates until Stop.
+func (a *Admitter) watchBucket(ctx, life context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(life)
+	if err != nil {
+		return fmt.Errorf("admission: watching %s: %w", kv.Bucket(), err)
 	}
-	a.stopping = true
-	started := a.started
-	a.startMu.Unlock()
-	if !started {
-		close(a.stopped)
-		return nil
+	a.watchers = append(a.watchers, w)
+	if err := a.applyInitial(ctx, kv.Bucket(), w); err != nil {
+		return err
 	}
+	a.wg.Add(1)
+	go a.watch(kv.Bucket(), w)
+	return nil
+}
+
+// halt stops the watchers (senders) first, then the campaign and pauser
+// goroutines, and waits for them, limited by ctx.
+func (a *Admitter) halt(ctx context.Context) error {
 	for _, w := range a.watchers {
 		_ = w.Stop()
 	}
-	a.cancel(errStopping)
+	a.watchers = nil
+	if a.cancel != nil {
+		a.cancel(errStopping)
+	}
 	done := make(chan struct{})
 	go func() { a.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	close(a.stopped)
-	return nil
 }
 
 func (a *Admitter) poke() {

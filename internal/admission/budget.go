@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -33,6 +35,47 @@ type unrecordedCost struct {
 // never come, the tenant is held at most this long for it.
 const unrecordedFor = 30 * time.Second
 
+// book is what an admitter knows of the tenants: their settings, spend per
+// budget window and rate-limit pauses, as the KV watchers last applied
+// them, and the cost of results seen to end but not recorded yet.
+type book struct {
+	names  protocol.Names
+	policy Policy
+	now    func() time.Time
+	log    zerolog.Logger
+
+	mu       sync.Mutex
+	settings map[string]Settings
+	spend    map[string]map[int64]float64
+	pauses   map[string]time.Time
+	// unrecorded is the cost of results the leader saw end (their status
+	// on the core subject) that the spend in the KV bucket may not count
+	// yet (see seenCost).
+	unrecorded map[string][]unrecordedCost
+}
+
+func newBook(names protocol.Names, policy Policy, now func() time.Time, log zerolog.Logger) *book {
+	return &book{
+		names: names, policy: policy, now: now, log: log,
+		settings: map[string]Settings{}, spend: map[string]map[int64]float64{}, pauses: map[string]time.Time{},
+		unrecorded: map[string][]unrecordedCost{},
+	}
+}
+
+func (b *book) settingsOf(tenant string) (Settings, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.settings[tenant]
+	return s, ok
+}
+
+// effective is tenant's settings with the defaults filled in.
+func (b *book) effective(tenant string) Settings {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.policy.Effective(b.settings[tenant])
+}
+
 func (a *Admitter) applyInitial(ctx context.Context, bucket string, w jetstream.KeyWatcher) error {
 	for {
 		select {
@@ -43,7 +86,7 @@ func (a *Admitter) applyInitial(ctx context.Context, bucket string, w jetstream.
 			if e == nil {
 				return nil
 			}
-			a.apply(bucket, e)
+			a.book.apply(bucket, e)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -54,27 +97,27 @@ func (a *Admitter) watch(bucket string, w jetstream.KeyWatcher) {
 	defer a.wg.Done()
 	for e := range w.Updates() {
 		if e != nil {
-			a.apply(bucket, e)
+			a.book.apply(bucket, e)
 			a.poke()
 		}
 	}
 }
 
-func (a *Admitter) apply(bucket string, e jetstream.KeyValueEntry) {
+func (b *book) apply(bucket string, e jetstream.KeyValueEntry) {
 	del := e.Operation() != jetstream.KeyValuePut
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if bucket == a.names.TenantsBucket() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bucket == b.names.TenantsBucket() {
 		if del {
-			delete(a.settings, e.Key())
+			delete(b.settings, e.Key())
 			return
 		}
 		s, err := decodeSettings(e.Value())
 		if err != nil {
-			a.log.Warn().Err(err).Str("tenant", e.Key()).Msg("ignoring unreadable tenant settings")
+			b.log.Warn().Err(err).Str("tenant", e.Key()).Msg("ignoring unreadable tenant settings")
 			return
 		}
-		a.settings[e.Key()] = s
+		b.settings[e.Key()] = s
 		return
 	}
 	kind, tenant, window, ok := parseStateKey(e.Key())
@@ -82,50 +125,50 @@ func (a *Admitter) apply(bucket string, e jetstream.KeyValueEntry) {
 	case !ok:
 	case kind == "spend":
 		if del {
-			delete(a.spend[tenant], window)
+			delete(b.spend[tenant], window)
 			return
 		}
 		v, err := strconv.ParseFloat(string(e.Value()), 64)
 		if err != nil {
 			return
 		}
-		if a.spend[tenant] == nil {
-			a.spend[tenant] = map[int64]float64{}
+		if b.spend[tenant] == nil {
+			b.spend[tenant] = map[int64]float64{}
 		}
-		a.spend[tenant][window] = v
+		b.spend[tenant][window] = v
 		// A seen cost is recorded once its window's spend has grown by
 		// it since it was seen.
-		a.unrecorded[tenant] = slices.DeleteFunc(a.unrecorded[tenant], func(u unrecordedCost) bool {
+		b.unrecorded[tenant] = slices.DeleteFunc(b.unrecorded[tenant], func(u unrecordedCost) bool {
 			return u.window == window && v >= u.base+u.cost-1e-9
 		})
 	case kind == "pause":
 		if del {
-			delete(a.pauses, tenant)
+			delete(b.pauses, tenant)
 			return
 		}
 		if until, err := time.Parse(time.RFC3339Nano, string(e.Value())); err == nil {
-			a.pauses[tenant] = until
+			b.pauses[tenant] = until
 		}
 	}
 }
 
-// tenantState is what the policy needs of tenant t now.
-func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := a.settings[t]
-	eff := a.cfg.Policy.Effective(s)
+// tenant is what the policy needs of tenant t now.
+func (b *book) tenant(t string, running int, now time.Time) Tenant {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.settings[t]
+	eff := b.policy.Effective(s)
 	var spent float64
 	if eff.BudgetUSD > 0 {
 		w := WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()
-		spent = a.spend[t][w]
-		for _, u := range a.unrecorded[t] {
+		spent = b.spend[t][w]
+		for _, u := range b.unrecorded[t] {
 			if u.window == w && now.Sub(u.at) < unrecordedFor {
 				spent += u.cost
 			}
 		}
 	}
-	return Tenant{Name: t, Settings: s, Running: running, Spent: spent, PausedUntil: a.pauses[t]}
+	return Tenant{Name: t, Settings: s, Running: running, Spent: spent, PausedUntil: b.pauses[t]}
 }
 
 // seenCost counts the cost of a result the leader saw end (its terminal
@@ -135,15 +178,15 @@ func (a *Admitter) tenantState(t string, running int, now time.Time) Tenant {
 // it into RecordSpend, then the KV write reaches this admitter's watcher).
 // Without this, the pass that saw the slot free admitted the tenant's next
 // job on the old spend, past a budget the result had reached.
-func (a *Admitter) seenCost(data []byte) {
+func (b *book) seenCost(data []byte) {
 	// Most tenants have no budget: decide that before decoding the event.
 	tenant, ok := jsonField(data, `"tenant":"`)
 	if !ok || !protocol.ValidTenant(tenant) {
 		return
 	}
-	a.mu.Lock()
-	eff := a.cfg.Policy.Effective(a.settings[tenant])
-	a.mu.Unlock()
+	b.mu.Lock()
+	eff := b.policy.Effective(b.settings[tenant])
+	b.mu.Unlock()
 	if eff.BudgetUSD <= 0 {
 		return
 	}
@@ -155,12 +198,12 @@ func (a *Admitter) seenCost(data []byte) {
 	if json.Unmarshal(data, &ev) != nil || ev.Result == nil || !(ev.Result.TotalCostUSD > 0) {
 		return
 	}
-	now := a.cfg.Now()
+	now := b.now()
 	w := WindowStart(now, time.Duration(eff.BudgetWindow)).Unix()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	live := slices.DeleteFunc(a.unrecorded[tenant], func(u unrecordedCost) bool { return now.Sub(u.at) >= unrecordedFor })
-	a.unrecorded[tenant] = append(live, unrecordedCost{window: w, cost: ev.Result.TotalCostUSD, base: a.spend[tenant][w], at: now})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	live := slices.DeleteFunc(b.unrecorded[tenant], func(u unrecordedCost) bool { return now.Sub(u.at) >= unrecordedFor })
+	b.unrecorded[tenant] = append(live, unrecordedCost{window: w, cost: ev.Result.TotalCostUSD, base: b.spend[tenant][w], at: now})
 }
 
 // RecordSpend adds the total_cost_usd of the terminal results among evs to
@@ -185,9 +228,7 @@ func (a *Admitter) RecordSpend(ctx context.Context, evs []protocol.StatusEvent) 
 			done[i] = true
 			continue
 		}
-		a.mu.Lock()
-		eff := a.cfg.Policy.Effective(a.settings[ev.Tenant])
-		a.mu.Unlock()
+		eff := a.book.effective(ev.Tenant)
 		w := window{ev.Tenant, WindowStart(now, time.Duration(cmp.Or(eff.BudgetWindow, Duration(24*time.Hour))))}
 		sums[w] += ev.Result.TotalCostUSD
 		members[w] = append(members[w], i)

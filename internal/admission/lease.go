@@ -45,57 +45,88 @@ func (a *Admitter) campaign(ctx context.Context) {
 	}
 }
 
-// lead admits until the lease is lost or the admitter stops.
+// lead admits until the lease is lost or the admitter stops: it keeps
+// the lease renewed and the fleet's cap read (goroutines of their own, so
+// a slow read never delays a renewal), listens for wake-ups, and runs
+// passes of one term of leadership.
 func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 	lctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	ttl := a.cfg.LeaseTTL
 	// Admit only within half the TTL of the last renewal (from when it was
 	// sent): another dispatcher can take the lease only a whole TTL after.
-	a.validUntil.Store(at.Add(ttl / 2).UnixNano())
+	a.validUntil.Store(at.Add(a.cfg.LeaseTTL / 2).UnixNano())
 	defer a.leading.Store(false)
 	var rwg sync.WaitGroup
-	rwg.Add(2)
-	go func() {
-		// Apart from the renewals, which a slow read must not delay; until
-		// the first read, passes use this dispatcher's own cap.
-		defer rwg.Done()
-		t := time.NewTicker(ttl)
-		defer t.Stop()
-		for {
-			a.readFleetCap(lctx)
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-			}
+	rwg.Go(func() { a.followFleetCap(lctx) })
+	rwg.Go(func() { rev = a.renew(lctx, lost, rev) })
+	subs := a.listen(lost)
+	// Leading once it listens: what reads Leading (tests, Admitting)
+	// sees every subscription the leader makes already made.
+	a.leading.Store(true)
+	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
+	newTerm(a).run(lctx)
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+	lost(nil)
+	rwg.Wait()
+	if errors.Is(context.Cause(ctx), errStopping) {
+		// Hand the lease over at once.
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.lease.Delete(dctx, leaderKey, jetstream.LastRevision(rev))
+		cancel()
+	}
+	a.log.Info().Msg("no longer admitting")
+}
+
+// followFleetCap reads the fleet's cap every lease TTL while leading;
+// until the first read, passes use this dispatcher's own cap.
+func (a *Admitter) followFleetCap(ctx context.Context) {
+	t := time.NewTicker(a.cfg.LeaseTTL)
+	defer t.Stop()
+	for {
+		a.readFleetCap(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-	}()
-	go func() {
-		defer rwg.Done()
-		t := time.NewTicker(ttl / 5)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-			}
-			at := time.Now()
-			rctx, cancel := context.WithTimeout(lctx, ttl/3)
-			r, err := a.lease.Update(rctx, leaderKey, []byte(a.cfg.ID), rev)
-			cancel()
-			if err != nil {
-				if lctx.Err() == nil {
-					a.log.Warn().Err(err).Msg("renewing the admitter lease failed; stopping admission")
-					lost(err)
-				}
-				return
-			}
-			rev = r
-			a.validUntil.Store(at.Add(ttl / 2).UnixNano())
+	}
+}
+
+// renew renews the lease every LeaseTTL/5 and moves the admitting
+// deadline on; a renewal that fails ends the term (lost). It returns the
+// lease's last revision.
+func (a *Admitter) renew(ctx context.Context, lost context.CancelCauseFunc, rev uint64) uint64 {
+	ttl := a.cfg.LeaseTTL
+	t := time.NewTicker(ttl / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return rev
+		case <-t.C:
 		}
-	}()
+		at := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		r, err := a.lease.Update(rctx, leaderKey, []byte(a.cfg.ID), rev)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn().Err(err).Msg("renewing the admitter lease failed; stopping admission")
+				lost(err)
+			}
+			return rev
+		}
+		rev = r
+		a.validUntil.Store(at.Add(ttl / 2).UnixNano())
+	}
+}
+
+// listen subscribes the leader to its wake-ups: jobs published, runs
+// ended, and forwarded lines that may report a rate limit. A subscription
+// that fails ends the term (lost).
+func (a *Admitter) listen(lost context.CancelCauseFunc) []*nats.Subscription {
 	n := a.names
 	var subs []*nats.Subscription
 	for subj, h := range map[string]nats.MsgHandler{
@@ -106,7 +137,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 			// for each of them only read the queue again.
 			if st, _ := statusState(m.Data); st.Terminal() || st == protocol.StateParked {
 				if st.Terminal() {
-					a.seenCost(m.Data) // as RecordSpend: terminal results only
+					a.book.seenCost(m.Data) // as RecordSpend: terminal results only
 				}
 				a.endPokes.Add(1)
 				a.poke()
@@ -122,89 +153,7 @@ func (a *Admitter) lead(ctx context.Context, rev uint64, at time.Time) {
 		}
 		subs = append(subs, s)
 	}
-	// Leading once it listens: what reads Leading (tests, Admitting)
-	// sees every subscription the leader makes already made.
-	a.leading.Store(true)
-	a.log.Info().Msg("admitting: this dispatcher holds the admitter lease")
-	a.sched, a.cursor, a.heads, a.announced = newDRR(), map[string]uint64{}, map[string][]head{}, map[uint64]announcement{}
-	a.lastQueue = nil
-	a.rounds = map[string]time.Time{}
-	a.moved, a.storedSeq = map[string]bool{}, 0
-	tick := time.NewTicker(a.cfg.Tick)
-	// A job's core message (the wake-up) can arrive before the stream has
-	// stored the job: a pass then finds nothing new, and the job would
-	// wait for the tick. So after a wake-up from a job, a pass that saw
-	// nothing stored since the last one looks again soon, backing off
-	// (1ms, doubling, up to 64ms; then the tick). A job dropped as a
-	// duplicate costs those few passes.
-	//
-	// Likewise a run's end: its worker publishes the terminal (or parked)
-	// status before it acks the work message, and the ack is what frees
-	// the slot the pass counts. So after a wake-up from a run's end, a
-	// pass that left jobs waiting and admitted none looks again the same
-	// way, but backing off up to the tick or 2s, whichever is less: a
-	// worker on a busy host can take longer than 64ms between the two,
-	// and with a long tick the job would wait for it.
-	var (
-		seenPokes, seenEnds int64
-		announced           bool // a job was announced that no pass has seen stored
-		ending              bool // a run ended that no pass has seen free its slot
-		backoff             time.Duration
-		recheck             *time.Timer
-	)
-	for lctx.Err() == nil {
-		pokes, ends := a.jobPokes.Load(), a.endPokes.Load()
-		announced = announced || pokes != seenPokes
-		ending = ending || ends != seenEnds
-		seenPokes, seenEnds = pokes, ends
-		res, err := a.pass(lctx)
-		if err != nil && lctx.Err() == nil {
-			a.log.Warn().Err(err).Msg("admission pass failed; retrying")
-		}
-		if res.fresh {
-			announced = false
-		}
-		if res.admitted > 0 || !res.held {
-			ending = false
-		}
-		var again <-chan time.Time
-		switch {
-		case err != nil || (!announced && !ending):
-			announced, ending, backoff = false, false, 0
-		case backoff >= 64*time.Millisecond && (!ending || backoff >= min(a.cfg.Tick, 2*time.Second)):
-			announced, ending, backoff = false, false, 0 // the tick looks again
-		default:
-			backoff = max(2*backoff, time.Millisecond)
-			if recheck == nil {
-				recheck = time.NewTimer(backoff)
-			} else {
-				recheck.Reset(backoff)
-			}
-			again = recheck.C
-		}
-		select {
-		case <-lctx.Done():
-		case <-a.wake:
-		case <-tick.C:
-		case <-again:
-		}
-	}
-	if recheck != nil {
-		recheck.Stop()
-	}
-	tick.Stop()
-	for _, s := range subs {
-		_ = s.Unsubscribe()
-	}
-	lost(nil)
-	rwg.Wait()
-	if errors.Is(context.Cause(ctx), errStopping) {
-		// Hand the lease over at once.
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = a.lease.Delete(dctx, leaderKey, jetstream.LastRevision(rev))
-		cancel()
-	}
-	a.log.Info().Msg("no longer admitting")
+	return subs
 }
 
 func (a *Admitter) leaseValid() bool { return time.Now().UnixNano() < a.validUntil.Load() }

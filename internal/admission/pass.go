@@ -18,6 +18,87 @@ import (
 // The pass: read the queue and the run counts, admit by deficit round
 // robin what the policy allows, and remove what was admitted.
 
+// term is one term of leadership: the leader's state between passes,
+// used by the lead goroutine alone, and forgotten when the lease goes.
+type term struct {
+	a         *Admitter
+	sched     *drr
+	cursor    map[string]uint64
+	moved     map[string]bool // subjects with admitted jobs not yet purged
+	storedSeq uint64          // highest FLEET_JOBS sequence known stored
+	lastQueue map[string]int  // per tenant: its queued jobs after the last pass
+	places    *places
+}
+
+func newTerm(a *Admitter) *term {
+	return &term{a: a, sched: newDRR(), cursor: map[string]uint64{}, moved: map[string]bool{}, places: newPlaces()}
+}
+
+// run passes until ctx ends: at every wake-up, every Config.Tick, and
+// soon again after a wake-up whose pass could not see its cause yet.
+//
+// A job's core message (the wake-up) can arrive before the stream has
+// stored the job: a pass then finds nothing new, and the job would wait
+// for the tick. So after a wake-up from a job, a pass that saw nothing
+// stored since the last one looks again soon, backing off (1ms, doubling,
+// up to 64ms; then the tick). A job dropped as a duplicate costs those
+// few passes.
+//
+// Likewise a run's end: its worker publishes the terminal (or parked)
+// status before it acks the work message, and the ack is what frees the
+// slot the pass counts. So after a wake-up from a run's end, a pass that
+// left jobs waiting and admitted none looks again the same way, but
+// backing off up to the tick or 2s, whichever is less: a worker on a busy
+// host can take longer than 64ms between the two, and with a long tick
+// the job would wait for it.
+func (tm *term) run(ctx context.Context) {
+	a := tm.a
+	tick := time.NewTicker(a.cfg.Tick)
+	defer tick.Stop()
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	defer recheck.Stop()
+	var (
+		seenPokes, seenEnds int64
+		announced           bool // a job was announced that no pass has seen stored
+		ending              bool // a run ended that no pass has seen free its slot
+		backoff             time.Duration
+	)
+	for ctx.Err() == nil {
+		pokes, ends := a.jobPokes.Load(), a.endPokes.Load()
+		announced = announced || pokes != seenPokes
+		ending = ending || ends != seenEnds
+		seenPokes, seenEnds = pokes, ends
+		res, err := tm.pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("admission pass failed; retrying")
+		}
+		if res.fresh {
+			announced = false
+		}
+		if res.admitted > 0 || !res.held {
+			ending = false
+		}
+		var again <-chan time.Time
+		switch {
+		case err != nil || (!announced && !ending):
+			announced, ending, backoff = false, false, 0
+		case backoff >= 64*time.Millisecond && (!ending || backoff >= min(a.cfg.Tick, 2*time.Second)):
+			announced, ending, backoff = false, false, 0 // the tick looks again
+		default:
+			backoff = max(2*backoff, time.Millisecond)
+			recheck.Reset(backoff)
+			again = recheck.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-a.wake:
+		case <-tick.C:
+		case <-again:
+		}
+	}
+}
+
 // passResult is what a pass saw and did.
 type passResult struct {
 	// fresh: the stream had stored something this leader had not seen.
@@ -30,15 +111,15 @@ type passResult struct {
 
 // pass reads the queue and run counts from the stream and admits what the
 // policy allows, then says why the rest waits.
-func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
-	n := a.names
-	defer a.purgeMoved(ctx)
-	info, err := a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+func (tm *term) pass(ctx context.Context) (res passResult, err error) {
+	n := tm.a.names
+	defer tm.purgeMoved(ctx)
+	info, err := tm.a.stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return res, fmt.Errorf("reading %s: %w", n.JobsStream(), err)
 	}
-	res.fresh = info.State.LastSeq > a.storedSeq
-	a.storedSeq = max(a.storedSeq, info.State.LastSeq)
+	res.fresh = info.State.LastSeq > tm.storedSeq
+	tm.storedSeq = max(tm.storedSeq, info.State.LastSeq)
 	queued, running := map[string]int{}, map[string]int{}
 	total := 0
 	jobsPrefix, workPrefix := n.Prefix()+".jobs.", n.Prefix()+".work."
@@ -63,28 +144,27 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	// rejects them as it always did.
 	for _, subj := range invalid {
 		for {
-			moved, err := a.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):])
+			moved, err := tm.move(ctx, subj, subj[len(jobsPrefix):], n.Prefix()+".work."+subj[len(jobsPrefix):])
 			if err != nil || !moved {
 				break
 			}
 		}
 	}
 	for t, c := range queued {
-		if c < a.lastQueue[t] {
+		if c < tm.lastQueue[t] {
 			// Fewer queued than this admitter left: a job was removed
 			// by someone else (the dispatcher's cancel of a queued
 			// job). The cached heads may hold it: read them again, and
 			// announce the new places now.
-			delete(a.heads, t)
-			delete(a.rounds, t)
+			tm.places.forget(t)
 		}
 	}
-	defer func() { a.lastQueue = queued }() // after this pass's moves
-	now := a.cfg.Now()
+	defer func() { tm.lastQueue = queued }() // after this pass's moves
+	now := tm.a.cfg.Now()
 	// The fleet's cap is the work consumer's MaxAckPending (the dispatcher
 	// started last set it), not this dispatcher's flag.
-	pol := a.cfg.Policy
-	pol.FleetCap = a.FleetCap()
+	pol := tm.a.cfg.Policy
+	pol.FleetCap = tm.a.FleetCap()
 	active := make([]string, 0, len(queued))
 	for t, c := range queued {
 		if c > 0 {
@@ -92,15 +172,15 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 		}
 	}
 	eligible := func(t string) bool {
-		return queued[t] > 0 && pol.Decide(a.tenantState(t, running[t], now), total, now).Admit
+		return queued[t] > 0 && pol.Decide(tm.a.book.tenant(t, running[t], now), total, now).Admit
 	}
-	weight := func(t string) float64 { return a.cfg.Policy.Effective(a.tenantState(t, 0, now).Settings).Weight }
-	for total < pol.FleetCap && a.leaseValid() {
-		t := a.sched.next(active, eligible, weight)
+	weight := func(t string) float64 { return tm.a.cfg.Policy.Effective(tm.a.book.tenant(t, 0, now).Settings).Weight }
+	for total < pol.FleetCap && tm.a.leaseValid() {
+		t := tm.sched.next(active, eligible, weight)
 		if t == "" {
 			break
 		}
-		moved, err := a.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
+		moved, err := tm.move(ctx, n.JobSubject(t), t, n.WorkSubject(t))
 		if err != nil {
 			return res, err
 		}
@@ -115,15 +195,15 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 	}
 	for t, c := range queued {
 		if c <= 0 {
-			delete(a.heads, t)
+			delete(tm.places.heads, t)
 			continue
 		}
 		res.held = true
-		if wall := time.Now(); wall.Sub(a.rounds[t]) >= announceEvery {
-			a.rounds[t] = wall
-			d := pol.Decide(a.tenantState(t, running[t], now), total, now)
+		if wall := time.Now(); wall.Sub(tm.places.rounds[t]) >= announceEvery {
+			tm.places.rounds[t] = wall
+			d := pol.Decide(tm.a.book.tenant(t, running[t], now), total, now)
 			reason := cmp.Or(d.Reason, protocol.ReasonFleetCap)
-			if err := a.announce(ctx, t, reason, min(c, a.cfg.Announce)); err != nil {
+			if err := tm.announce(ctx, t, reason, min(c, tm.a.cfg.Announce)); err != nil {
 				return res, err
 			}
 		}
@@ -135,8 +215,8 @@ func (a *Admitter) pass(ctx context.Context) (res passResult, err error) {
 // subject to (Nats-Msg-Id "_admit.<seq>", so a copy made again after a
 // failover is dropped as a duplicate); purgeMoved removes it from the
 // queue at the end of the pass. It reports false when subject has no job.
-func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, error) {
-	raw, err := a.stream.GetMsg(ctx, max(a.cursor[from], 1), jetstream.WithGetMsgSubject(from))
+func (tm *term) move(ctx context.Context, from, tenant, to string) (bool, error) {
+	raw, err := tm.a.stream.GetMsg(ctx, max(tm.cursor[from], 1), jetstream.WithGetMsgSubject(from))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -154,20 +234,15 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
 	wm.Header.Set(protocol.HeaderJobSeq, seq)
 	wm.Header.Set(protocol.HeaderQueuedAt, raw.Time.UTC().Format(time.RFC3339Nano))
-	ack, err := a.cfg.JS.PublishMsg(ctx, wm)
+	ack, err := tm.a.cfg.JS.PublishMsg(ctx, wm)
 	if err != nil {
 		return false, fmt.Errorf("admitting job %s: %w", seq, err)
 	}
-	a.storedSeq = max(a.storedSeq, ack.Sequence) // our own copy is not news
-	a.cursor[from] = raw.Sequence + 1
-	a.moved[from] = true
-	if h := a.heads[tenant]; len(h) > 0 && h[0].seq == raw.Sequence {
-		a.heads[tenant] = h[1:]
-	} else {
-		delete(a.heads, tenant)
-	}
-	delete(a.announced, raw.Sequence)
-	a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
+	tm.storedSeq = max(tm.storedSeq, ack.Sequence) // our own copy is not news
+	tm.cursor[from] = raw.Sequence + 1
+	tm.moved[from] = true
+	tm.places.admitted(tenant, raw.Sequence)
+	tm.a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
 	return true, nil
 }
 
@@ -177,13 +252,13 @@ func (a *Admitter) move(ctx context.Context, from, tenant, to string) (bool, err
 // cost a JSON API call each). A subject whose purge fails is tried again
 // after the next pass; meanwhile the cursor keeps its jobs from being
 // admitted twice, and a new leader's copies are dropped as duplicates.
-func (a *Admitter) purgeMoved(ctx context.Context) {
-	for subj := range a.moved {
-		err := a.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(a.cursor[subj]))
+func (tm *term) purgeMoved(ctx context.Context) {
+	for subj := range tm.moved {
+		err := tm.a.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(tm.cursor[subj]))
 		if err != nil {
-			a.log.Warn().Err(err).Str("subject", subj).Msg("removing admitted jobs from the queue; will retry")
+			tm.a.log.Warn().Err(err).Str("subject", subj).Msg("removing admitted jobs from the queue; will retry")
 			continue
 		}
-		delete(a.moved, subj)
+		delete(tm.moved, subj)
 	}
 }

@@ -15,6 +15,36 @@ import (
 
 // Queue places: why a job waits and where it is, as queued statuses.
 
+// places is what the leader last said of the waiting jobs: each tenant's
+// first jobs (heads), the queued status announced for each, and when each
+// tenant's jobs were last looked at.
+type places struct {
+	heads     map[string][]head
+	announced map[uint64]announcement
+	rounds    map[string]time.Time // per tenant: the last announcement round
+}
+
+func newPlaces() *places {
+	return &places{heads: map[string][]head{}, announced: map[uint64]announcement{}, rounds: map[string]time.Time{}}
+}
+
+// forget drops what is known of tenant's places: it is read again, and
+// announced now.
+func (p *places) forget(tenant string) {
+	delete(p.heads, tenant)
+	delete(p.rounds, tenant)
+}
+
+// admitted drops job seq of tenant, admitted, from the places.
+func (p *places) admitted(tenant string, seq uint64) {
+	if h := p.heads[tenant]; len(h) > 0 && h[0].seq == seq {
+		p.heads[tenant] = h[1:]
+	} else {
+		delete(p.heads, tenant)
+	}
+	delete(p.announced, seq)
+}
+
 type head struct {
 	seq uint64
 	id  string
@@ -38,15 +68,15 @@ const (
 
 // announce publishes a queued status with reason and position for the
 // first k jobs of tenant t whose reason or position changed.
-func (a *Admitter) announce(ctx context.Context, t, reason string, k int) error {
-	n := a.names
-	hs := a.heads[t]
+func (tm *term) announce(ctx context.Context, t, reason string, k int) error {
+	n := tm.a.names
+	hs := tm.places.heads[t]
 	for len(hs) < k {
-		from := a.cursor[n.JobSubject(t)]
+		from := tm.cursor[n.JobSubject(t)]
 		if len(hs) > 0 {
 			from = hs[len(hs)-1].seq + 1
 		}
-		raw, err := a.stream.GetMsg(ctx, max(from, 1), jetstream.WithGetMsgSubject(n.JobSubject(t)))
+		raw, err := tm.a.stream.GetMsg(ctx, max(from, 1), jetstream.WithGetMsgSubject(n.JobSubject(t)))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -56,10 +86,10 @@ func (a *Admitter) announce(ctx context.Context, t, reason string, k int) error 
 		id, _ := protocol.ProbeIdentity(raw.Header.Get(protocol.HeaderContentType), raw.Data)
 		hs = append(hs, head{seq: raw.Sequence, id: id})
 	}
-	a.heads[t] = hs
+	tm.places.heads[t] = hs
 	now := time.Now()
 	for i, h := range hs[:min(k, len(hs))] {
-		last, seen := a.announced[h.seq]
+		last, seen := tm.places.announced[h.seq]
 		switch {
 		case !protocol.ValidID(h.id):
 			continue
@@ -75,10 +105,10 @@ func (a *Admitter) announce(ctx context.Context, t, reason string, k int) error 
 		pm := nats.NewMsg(n.QueryStatus(t, h.id))
 		pm.Data = b
 		pm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-		if _, err := a.cfg.JS.PublishMsg(ctx, pm); err != nil {
+		if _, err := tm.a.cfg.JS.PublishMsg(ctx, pm); err != nil {
 			return fmt.Errorf("publishing why %s/%s waits: %w", t, h.id, err)
 		}
-		a.announced[h.seq] = announcement{reason: reason, position: i + 1, at: now}
+		tm.places.announced[h.seq] = announcement{reason: reason, position: i + 1, at: now}
 	}
 	return nil
 }
