@@ -1,7 +1,8 @@
 package dispatcher
 
-// Sessions (SPEC 9): the session ops as API requests (<prefix>.api.input,
-// .interrupt, .approve, .end), and resuming parked sessions. A durable
+// Sessions (SPEC 9): resuming parked sessions (the session ops arrive as
+// API requests, <prefix>.api.input, .interrupt, .approve, .end: api.go
+// records them on the query's .ctl subject). A durable
 // consumer reads every .ctl op of FLEET_QUERIES, and the status index
 // (index.go) sees every status event: an input (or end) for a parked
 // session, or a parked status with ops stored after the last one the
