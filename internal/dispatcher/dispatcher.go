@@ -132,6 +132,10 @@ func (s *Service) build(fleetCap int) {
 		{"dead letters", s.dead.start, s.dead.stop},
 		{"sessions", s.sessions.start, s.sessions.stop},
 		{"api", s.micro.start, s.micro.stop},
+		// Another API (a tenant-scoped micro service reusing s.api's
+		// methods with decoders of its own) is a part added here.
+		// The admitter stays last: a stopped admitter does not start
+		// again, so no part that can fail to start may follow it.
 		{"admitter", s.adm.Start, s.adm.Stop},
 	}
 }
