@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +15,16 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-func TestMain(m *testing.M) { fleettest.RunMain(m, main) }
+// TestMain runs main in a child StartCommand made (fleettest.RunMain),
+// and otherwise the tests, after which goleak fails the run if any
+// goroutine is left (the in-process fleets stop theirs in Cleanup).
+func TestMain(m *testing.M) {
+	if os.Getenv(fleettest.MainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	fleettest.MainNoLeaks(m)
+}
 
 const wait = fleettest.CommandWait
 

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -58,4 +60,33 @@ func TestStartRidesOutNoSuitablePeers(t *testing.T) {
 		_, err := js.KeyValue(ctx, bucket)
 		require.NoError(t, err, bucket)
 	}
+}
+
+// TestLifecycle: the admitter answers as every service does
+// (internal/startstop): a second Start is refused, Stop hands the lease
+// back (another admitter need not wait for it to expire), a second Stop returns the
+// first's result, and a stopped admitter does not start again.
+func TestLifecycle(t *testing.T) {
+	_, nc, js := natstest.RunJetStream(t)
+	names := protocol.NewNames("")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, provision.Streams(ctx, js, provision.Config{Names: names}))
+	a, err := New(Config{JS: js, NC: nc, Names: names, Policy: Policy{FleetCap: 4}, LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	require.NoError(t, a.Start(ctx))
+	<-a.Started()
+	require.ErrorIs(t, a.Start(ctx), startstop.ErrAlreadyStarted)
+	require.Eventually(t, a.Leading, time.Minute, 5*time.Millisecond, "the only admitter leads")
+
+	require.NoError(t, a.Stop(ctx))
+	<-a.Stopped()
+	require.False(t, a.Leading())
+	lease, err := js.KeyValue(ctx, names.AdmitterBucket())
+	require.NoError(t, err)
+	_, err = lease.Get(ctx, leaderKey)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "Stop hands the lease back")
+	require.NoError(t, a.Stop(ctx), "a second Stop")
+	require.ErrorIs(t, a.Start(ctx), startstop.ErrStopped)
 }

@@ -136,8 +136,20 @@
 //
 // # Lifecycle
 //
-// Admitter follows River's startstop: Start returns once the buckets are
-// open, the settings loaded and the goroutines running; Stop is idempotent,
-// hands the lease back, and waits for every goroutine; Stopped is closed
-// after. The dispatcher's Service starts and stops it.
+// Admitter uses internal/startstop: Start returns once the buckets are
+// open, the settings loaded and the goroutines running (a Start that fails
+// undoes what it began and may be retried); Stop hands the lease back and
+// waits for every goroutine; a second Start, a Start after Stop and a
+// second Stop answer as startstop says. The dispatcher's Service, which
+// builds it as one of its parts, starts and stops it.
+//
+// # Files
+//
+//   - admitter.go: Config, the Admitter and its lifecycle;
+//   - lease.go: leadership, the lease and its renewals, the wake-ups;
+//   - pass.go: one term of leadership and its passes (the DRR pass, drr.go);
+//   - places.go: queue places, the queued statuses that say why a job waits;
+//   - budget.go: the book of settings, spend and pauses, and RecordSpend;
+//   - ratelimit.go: rate-limit pauses from forwarded lines;
+//   - policy.go, store.go: the policy and the buckets' records.
 package admission

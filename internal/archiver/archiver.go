@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -66,6 +67,8 @@ type Config struct {
 
 // Service writes the transcripts of finished queries from the stream.
 type Service struct {
+	startstop.Base
+
 	cfg Config
 	js  jetstream.JetStream
 	rd  *transcript.Reader
@@ -79,11 +82,13 @@ type Service struct {
 	life  context.Context
 	end   context.CancelFunc
 
-	mu       sync.Mutex
+	// cc, queue and loopDone are set by Start and read by Stop, which
+	// startstop serialises.
 	cc       jetstream.ConsumeContext
-	stopped  bool
 	queue    chan jetstream.Msg
 	loopDone chan struct{}
+
+	mu sync.Mutex
 	// archived counts transcripts written; merged those that took lines
 	// from chunks (for tests and metrics).
 	archived, merged int64
@@ -113,24 +118,25 @@ func New(cfg Config) (*Service, error) {
 	// Long transcripts through a consumer (package transcript).
 	rd := transcript.NewReader(cfg.NC, cfg.Names, cfg.Store).WithConsumer(js)
 	return &Service{
-		cfg: cfg, js: js, rd: rd,
+		Base: startstop.Base{Name: "archiver"},
+		cfg:  cfg, js: js, rd: rd,
 		log:   cfg.Logger.With().Str("component", "archiver").Logger(),
 		slots: make(chan struct{}, cfg.Workers), quit: make(chan struct{}), life: life, end: end,
 	}, nil
 }
 
 // Start creates (or finds) the durable consumer and starts consuming. The
-// streams must exist (the dispatcher provisions them first). A Start after
-// a successful one, or after Stop, returns an error.
-func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
-		return errors.New("archiver: stopped")
-	case s.cc != nil:
-		return errors.New("archiver: already started")
-	}
+// streams must exist (the dispatcher provisions them first). A second
+// Start, or one after Stop, is refused (internal/startstop).
+func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
+
+// Stop stops consuming and waits for the batches in flight, bounded by
+// ctx; when ctx ends first they are cancelled (their events are
+// redelivered later, to this or another dispatcher), and so are events
+// received but not archived yet. Safe to call twice and before Start.
+func (s *Service) Stop(ctx context.Context) error { return s.Base.Stop(ctx, s.halt) }
+
+func (s *Service) start(ctx context.Context) error {
 	n := s.cfg.Names
 	c, err := provision.Consumer(ctx, s.js, n.QueriesStream(), jetstream.ConsumerConfig{
 		Durable:       s.cfg.Consumer,
@@ -144,7 +150,6 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("archiver: consumer: %w", err)
 	}
 	s.queue = make(chan jetstream.Msg, 4*s.cfg.Batch)
-	s.loopDone = make(chan struct{})
 	cc, err := c.Consume(func(m jetstream.Msg) {
 		select {
 		case s.queue <- m:
@@ -156,26 +161,14 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("archiver: consume: %w", err)
 	}
-	s.cc = cc
+	s.cc, s.loopDone = cc, make(chan struct{})
 	go s.loop()
 	return nil
 }
 
-// Stop stops consuming and waits for the batches in flight, bounded by
-// ctx; when ctx ends first they are cancelled (their events are
-// redelivered later, to this or another dispatcher), and so are events
-// received but not archived yet. Safe to call twice and before Start.
-func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cc := s.cc
-	already := s.stopped
-	s.stopped = true
-	s.mu.Unlock()
-	if cc == nil || already {
-		return nil
-	}
+func (s *Service) halt(ctx context.Context) error {
 	close(s.quit)
-	cc.Stop()
+	s.cc.Stop()
 	done := make(chan struct{})
 	go func() {
 		<-s.loopDone

@@ -5,8 +5,9 @@
 // store transcripts: their journal (pkg/journal, memory first) holds a line
 // only until the stream acknowledges it, and stores to storage only the
 // lines that never reached the stream (spilled to its disk while NATS was
-// away, then put as chunks). The archiver, run by `dispatcher serve`, turns
-// the stream into transcripts:
+// away, then put as chunks). The archiver, which `dispatcher serve` builds,
+// starts and stops (the internal/startstop lifecycle), turns the stream
+// into transcripts:
 //
 //   - it reads the status events with one durable consumer ("archiver") that
 //     every dispatcher shares, so the work spreads over the dispatchers and

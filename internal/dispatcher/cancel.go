@@ -16,6 +16,16 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
+// queuedCancel ends cancelled queries still waiting in the work queue.
+type queuedCancel struct {
+	queryDeps
+	index *statusIndex
+	end   *ender
+	// fleetCap is this dispatcher's --max-concurrency: a tenant has at
+	// most that many jobs on its work subject.
+	fleetCap int
+}
+
 // cancelQueued ends ref now if its last status is the "queued" of a
 // submission no worker has been given yet: it writes the synthetic result
 // and the cancelled status (attempt 1, as a worker would for a job
@@ -33,22 +43,22 @@ import (
 // compare-and-set, internal/fence) reads the terminal status of the same
 // submission and acks the job without running it. Either way the query has
 // one terminal status.
-func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*protocol.StatusEvent, error) {
-	n := s.names
+func (c *queuedCancel) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*protocol.StatusEvent, error) {
+	n := c.names
 	// From the stream's leader: the compare-and-sets below are against it.
-	statusSeq, last, err := fence.LastStatus(ctx, s.cfg.NC, n.QueriesStream(), n.QueryStatus(ref.Tenant, ref.ID))
+	statusSeq, last, err := fence.LastStatus(ctx, c.nc, n.QueriesStream(), n.QueryStatus(ref.Tenant, ref.ID))
 	if err != nil {
 		return nil, err
 	}
 	if last == nil || last.State != protocol.StateQueued || last.JobSeq == 0 {
 		return nil, nil // none (published straight to the queue), or not waiting
 	}
-	drop, err := s.undelivered(ctx, ref.Tenant, last.JobSeq)
+	drop, err := c.undelivered(ctx, ref.Tenant, last.JobSeq)
 	if err != nil || drop == 0 {
 		return nil, err // 0: a worker may have it
 	}
 	msg := "dispatcher: the query was cancelled while it was queued; it never started"
-	ended, err := s.end(ctx, ending{
+	ended, err := c.end.end(ctx, ending{
 		tenant: ref.Tenant, id: ref.ID, attempt: 1, jobSeq: last.JobSeq,
 		state: protocol.StateCancelled, reason: protocol.ReasonCancelled, code: protocol.CodeCancelled,
 		message: msg, expectStatusSeq: statusSeq,
@@ -58,12 +68,12 @@ func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*pro
 	}
 	// Now that the query has ended, take the job out of the queue so no
 	// worker is given it (one that still is sees the query finished).
-	if err := s.dropJob(ctx, drop); err != nil {
-		s.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("removing the cancelled job from the work queue")
+	if err := c.dropJob(ctx, drop); err != nil {
+		c.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("removing the cancelled job from the work queue")
 	}
-	s.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Uint64("job_seq", last.JobSeq).
+	c.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Uint64("job_seq", last.JobSeq).
 		Msg("queued query cancelled and removed from the work queue")
-	st, err := s.lookup(ctx, ref)
+	st, err := c.index.lookup(ctx, ref)
 	if err != nil {
 		return nil, nil //nolint:nilerr // the cancel is done; the reply just lacks the status
 	}
@@ -71,8 +81,8 @@ func (s *Service) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*pro
 }
 
 // dropJob deletes job seq from the work queue; one already gone is fine.
-func (s *Service) dropJob(ctx context.Context, seq uint64) error {
-	jobs, err := s.js.Stream(ctx, s.names.JobsStream())
+func (c *queuedCancel) dropJob(ctx context.Context, seq uint64) error {
+	jobs, err := c.js.Stream(ctx, c.names.JobsStream())
 	if err != nil {
 		return err
 	}
@@ -92,9 +102,9 @@ func (s *Service) dropJob(ctx context.Context, seq uint64) error {
 // copy on <prefix>.work.<tenant> whose Fleet-Job-Seq is jobSeq; the work
 // consumer hands jobs out in stream order, so a copy past the last
 // sequence it delivered is still waiting.
-func (s *Service) undelivered(ctx context.Context, tenant string, jobSeq uint64) (uint64, error) {
-	n := s.names
-	jobs, err := s.js.Stream(ctx, n.JobsStream())
+func (c *queuedCancel) undelivered(ctx context.Context, tenant string, jobSeq uint64) (uint64, error) {
+	n := c.names
+	jobs, err := c.js.Stream(ctx, n.JobsStream())
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +118,7 @@ func (s *Service) undelivered(ctx context.Context, tenant string, jobSeq uint64)
 	// A tenant has at most the fleet's concurrency on its work subject.
 	want := strconv.FormatUint(jobSeq, 10)
 	var work uint64
-	for from, i := jobSeq, 0; i < s.admCfg.Policy.FleetCap+1; i++ {
+	for from, i := jobSeq, 0; i < c.fleetCap+1; i++ {
 		m, err := jobs.GetMsg(ctx, from, jetstream.WithGetMsgSubject(n.WorkSubject(tenant)))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return 0, nil
@@ -125,7 +135,7 @@ func (s *Service) undelivered(ctx context.Context, tenant string, jobSeq uint64)
 	if work == 0 {
 		return 0, nil
 	}
-	cons, err := s.js.Consumer(ctx, n.JobsStream(), n.Consumer())
+	cons, err := c.js.Consumer(ctx, n.JobsStream(), n.Consumer())
 	if err != nil {
 		return 0, err
 	}

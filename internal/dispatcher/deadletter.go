@@ -17,9 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
-	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 // advisory is the max-deliveries advisory of the work consumer.
@@ -30,8 +29,40 @@ type advisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// deadLetter handles one max-deliveries advisory.
-func (s *Service) deadLetter(m jetstream.Msg) {
+// deadLetters turns the work consumer's max-delivery advisories (the
+// durable consumer DLQConsumer) into dead letters, and lists them.
+type deadLetters struct {
+	queryDeps
+	index *statusIndex
+	end   *ender
+
+	consumed
+	// testBeforeEnd, in tests, runs between reading a dead-lettered
+	// query's status and ending it (the window a worker can write in).
+	testBeforeEnd func()
+}
+
+// start makes (or finds) the consumer and consumes the advisories.
+func (d *deadLetters) start(ctx context.Context) error {
+	dlq, err := provision.Consumer(ctx, d.js, d.names.AdvisoryStream(), jetstream.ConsumerConfig{
+		Durable:       DLQConsumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: dead-letter consumer: %w", err)
+	}
+	cc, err := dlq.Consume(d.onAdvisory, jetstream.PullMaxMessages(16))
+	if err != nil {
+		return fmt.Errorf("dispatcher: dead letters: %w", err)
+	}
+	d.cc = cc
+	return nil
+}
+
+// onAdvisory handles one max-deliveries advisory.
+func (d *deadLetters) onAdvisory(m jetstream.Msg) {
 	var adv advisory
 	if err := json.Unmarshal(m.Data(), &adv); err != nil || adv.StreamSeq == 0 {
 		_ = m.Term()
@@ -39,17 +70,17 @@ func (s *Service) deadLetter(m jetstream.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.handleDeadLetter(ctx, adv); err != nil {
-		s.log.Error().Err(err).Uint64("stream_seq", adv.StreamSeq).Msg("dead letter failed; will retry")
+	if err := d.handle(ctx, adv); err != nil {
+		d.log.Error().Err(err).Uint64("stream_seq", adv.StreamSeq).Msg("dead letter failed; will retry")
 		_ = m.NakWithDelay(5 * time.Second)
 		return
 	}
 	_ = m.Ack()
 }
 
-func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
-	n := s.names
-	jobs, err := s.js.Stream(ctx, n.JobsStream())
+func (d *deadLetters) handle(ctx context.Context, adv advisory) error {
+	n := d.names
+	jobs, err := d.js.Stream(ctx, n.JobsStream())
 	if err != nil {
 		return err
 	}
@@ -74,7 +105,7 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 	dl.Header.Set("Fleet-Deliveries", strconv.FormatUint(adv.Deliveries, 10))
 	dl.Header.Set(protocol.HeaderStreamSeq, strconv.FormatUint(adv.StreamSeq, 10))
 	dl.Header.Set(protocol.HeaderMsgID, "dlq-"+n.JobsStream()+"-"+strconv.FormatUint(adv.StreamSeq, 10))
-	if _, err := s.js.PublishMsg(ctx, dl); err != nil {
+	if _, err := d.js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("copying job %d to the dead letters: %w", adv.StreamSeq, err)
 	}
 	if protocol.ValidID(id) && protocol.ValidTenant(tenant) {
@@ -83,14 +114,14 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 		if v, err := strconv.ParseUint(raw.Header.Get(protocol.HeaderJobSeq), 10, 64); err == nil && v > 0 {
 			jobSeq = v
 		}
-		if err := s.endQuery(ctx, tenant, id, attempt, jobSeq); err != nil {
+		if err := d.endQuery(ctx, tenant, id, attempt, jobSeq); err != nil {
 			return err
 		}
 	}
 	if err := jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("removing job %d from the work queue: %w", adv.StreamSeq, err)
 	}
-	s.log.Warn().Str("tenant", tenant).Str("query_id", id).Uint64("deliveries", adv.Deliveries).Msg("job dead-lettered")
+	d.log.Warn().Str("tenant", tenant).Str("query_id", id).Uint64("deliveries", adv.Deliveries).Msg("job dead-lettered")
 	return nil
 }
 
@@ -99,18 +130,18 @@ func (s *Service) handleDeadLetter(ctx context.Context, adv advisory) error {
 // The ending compare-and-sets against the status it read, so a worker
 // still finishing the last delivery and the dispatcher never both end the
 // query: whichever writes second finds the status moved and stands aside.
-func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, jobSeq uint64) error {
-	if st, err := s.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() && st.JobSeq >= jobSeq {
+func (d *deadLetters) endQuery(ctx context.Context, tenant, id string, attempt int, jobSeq uint64) error {
+	if st, err := d.index.lookup(ctx, protocol.QueryRef{ID: id, Tenant: tenant}); err == nil && st.State.Terminal() && st.JobSeq >= jobSeq {
 		return nil
 	}
-	qs, err := s.js.Stream(ctx, s.names.QueriesStream())
+	qs, err := d.js.Stream(ctx, d.names.QueriesStream())
 	if err != nil {
 		return err
 	}
 	for range 5 {
 		var statusSeq uint64
 		var lastErr *protocol.ErrorInfo // why the last attempt failed, when it said
-		raw, err := qs.GetLastMsgForSubject(ctx, s.names.QueryStatus(tenant, id))
+		raw, err := qs.GetLastMsgForSubject(ctx, d.names.QueryStatus(tenant, id))
 		switch {
 		case err == nil:
 			var ev protocol.StatusEvent
@@ -124,13 +155,13 @@ func (s *Service) endQuery(ctx context.Context, tenant, id string, attempt int, 
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
 			return fmt.Errorf("reading the query's status: %w", err)
 		}
-		if s.testBeforeEnd != nil {
-			s.testBeforeEnd()
+		if d.testBeforeEnd != nil {
+			d.testBeforeEnd()
 		}
-		ended, err := s.end(ctx, ending{
+		ended, err := d.end.end(ctx, ending{
 			tenant: tenant, id: id, attempt: attempt, jobSeq: jobSeq, expectStatusSeq: statusSeq,
 			state: protocol.StateFailed, reason: protocol.ReasonMaxDeliveries, code: protocol.CodeMaxDeliveries,
-			message: deadLetterMessage(attempt, s.names.DLQ(tenant), lastErr),
+			message: deadLetterMessage(attempt, d.names.DLQ(tenant), lastErr),
 		})
 		if err != nil || ended {
 			return err
@@ -152,99 +183,6 @@ func deadLetterMessage(deliveries int, dlq string, last *protocol.ErrorInfo) str
 	return msg
 }
 
-// ending is how the dispatcher ends a query no worker will end.
-type ending struct {
-	tenant, id            string
-	attempt               int
-	jobSeq                uint64
-	state                 protocol.State
-	reason, code, message string
-	// expectStatusSeq, when not 0, makes the result line and the status
-	// compare-and-sets against the query's .status subject: they are stored
-	// only while its last message is still that one (the "queued" status a
-	// cancel saw), so nothing is written once a worker has claimed the run.
-	expectStatusSeq uint64
-}
-
-// Headers of a JetStream compare-and-set on another subject of the stream.
-const (
-	hdrExpectLastSubjectSeq        = "Nats-Expected-Last-Subject-Sequence"
-	hdrExpectLastSubjectSeqSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
-)
-
-// end writes a query's synthetic result (on the stream, then in the
-// transcript) and its terminal status, and reports whether it did. With
-// expectStatusSeq set it reports false when a compare-and-set fails: a
-// worker has the run.
-func (s *Service) end(ctx context.Context, e ending) (bool, error) {
-	n := s.names
-	qs, err := s.js.Stream(ctx, n.QueriesStream())
-	if err != nil {
-		return false, err
-	}
-	var lastSeq uint64
-	if last, err := qs.GetLastMsgForSubject(ctx, n.QueryMsg(e.tenant, e.id)); err == nil {
-		lastSeq, _ = strconv.ParseUint(last.Header.Get(protocol.HeaderSeq), 10, 64)
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, err
-	}
-	seq := lastSeq + 1
-	line := protocol.SyntheticResult(protocol.SyntheticInput{Reason: e.reason, Message: e.message})
-	pm := nats.NewMsg(n.QueryMsg(e.tenant, e.id))
-	pm.Data = line
-	pm.Header.Set(protocol.HeaderSeq, strconv.FormatUint(seq, 10))
-	pm.Header.Set(protocol.HeaderAttempt, strconv.Itoa(e.attempt))
-	pm.Header.Set(protocol.HeaderMsgID, protocol.LineMsgID(e.tenant, e.id, e.attempt, seq))
-	pm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-	if e.expectStatusSeq != 0 {
-		pm.Header.Set(hdrExpectLastSubjectSeq, strconv.FormatUint(e.expectStatusSeq, 10))
-		pm.Header.Set(hdrExpectLastSubjectSeqSubject, n.QueryStatus(e.tenant, e.id))
-	}
-	if _, err := s.js.PublishMsg(ctx, pm); err != nil {
-		if e.expectStatusSeq != 0 && fence.WrongLastSequence(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("publishing the synthetic result: %w", err)
-	}
-	chunk := append(append([]byte(nil), line...), '\n')
-	if err := s.cfg.Objects.Put(ctx, storage.ChunkKey(e.tenant, e.id, seq, e.attempt), chunk); err != nil {
-		return true, fmt.Errorf("storing the synthetic result: %w", err)
-	}
-	if err := storage.AssembleTranscript(ctx, s.cfg.Objects, e.tenant, e.id); err != nil {
-		return true, fmt.Errorf("assembling the transcript: %w", err)
-	}
-	code := e.code
-	ev := protocol.StatusEvent{
-		V: protocol.SchemaVersion, ID: e.id, Tenant: e.tenant, State: e.state, Attempt: e.attempt,
-		JobSeq: e.jobSeq, Worker: "dispatcher", At: time.Now().UTC(),
-		Error:  apiError(code, e.message),
-		Result: &protocol.ResultSummary{Subtype: "error_during_execution", IsError: true, Synthetic: true, LastSeq: seq},
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return true, err
-	}
-	sm := nats.NewMsg(n.QueryStatus(e.tenant, e.id))
-	sm.Data = b
-	sm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-	var opts []jetstream.PublishOpt
-	if e.expectStatusSeq != 0 {
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(e.expectStatusSeq))
-	}
-	if _, err := s.js.PublishMsg(ctx, sm, opts...); err != nil {
-		if e.expectStatusSeq != 0 && fence.WrongLastSequence(err) {
-			// A worker wrote a status between the two compare-and-sets
-			// (it claimed a cancelled run, or finished the last delivery):
-			// the run is its to end.
-			s.log.Warn().Str("tenant", e.tenant).Str("query_id", e.id).
-				Msg("the query's status moved while the dispatcher was ending it (a worker wrote one); the dispatcher's result line stays on the stream")
-			return false, nil
-		}
-		return true, fmt.Errorf("publishing the %s status: %w", e.state, err)
-	}
-	return true, nil
-}
-
 // deadLetterScan bounds how many dead letters one listing reads (a tenant
 // filter skips other tenants' ones).
 const deadLetterScan = 10000
@@ -252,9 +190,9 @@ const deadLetterScan = 10000
 // listDeadLetters returns the newest limit dead letters (of tenant, or of
 // all tenants when tenant is ""), newest first. It reads the stream
 // backwards message by message: no consumer is created.
-func (s *Service) listDeadLetters(ctx context.Context, tenant string, limit int) ([]protocol.DeadLetter, error) {
-	n := s.names
-	st, err := s.js.Stream(ctx, n.DLQStream())
+func (d *deadLetters) list(ctx context.Context, tenant string, limit int) ([]protocol.DeadLetter, error) {
+	n := d.names
+	st, err := d.js.Stream(ctx, n.DLQStream())
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters: %w", err)
 	}

@@ -29,11 +29,11 @@ func TestDeadLetterEndingIsFenced(t *testing.T) {
 		require.NoError(t, err)
 	}
 	status(protocol.StateRunning)
-	svc.testBeforeEnd = func() {
-		svc.testBeforeEnd = nil
+	svc.dead.testBeforeEnd = func() {
+		svc.dead.testBeforeEnd = nil
 		status(protocol.StateSucceeded) // the worker finishes in the window
 	}
-	require.NoError(t, svc.endQuery(ctx, "default", "q1", 5, 7))
+	require.NoError(t, svc.dead.endQuery(ctx, "default", "q1", 5, 7))
 
 	qs, err := c.js.Stream(ctx, n.QueriesStream())
 	require.NoError(t, err)

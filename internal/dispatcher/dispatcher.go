@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -49,37 +48,39 @@ type Config struct {
 	Admission admission.Config
 }
 
-// Service is the dispatcher service.
+// part is one of the Service's parts: started in the order of
+// Service.parts, stopped in the reverse order.
+type part struct {
+	name  string
+	start func(context.Context) error
+	stop  func(context.Context) error
+}
+
+// Service is the dispatcher service. It owns its parts: it builds them in
+// New, starts them in Start and stops them in Stop; its owner (the
+// command) starts and stops the Service alone.
 type Service struct {
+	startstop.Base
+
 	cfg   Config
 	names protocol.Names
 	js    jetstream.JetStream
 	log   zerolog.Logger
 
-	// lifecycle serialises Start and Stop.
-	lifecycle sync.Mutex
-	started   bool
+	adm      *admission.Admitter
+	index    *statusIndex
+	dead     *deadLetters
+	sessions *sessions
+	api      *api
+	micro    *endpoints
 
-	mu       sync.Mutex
-	subs     []*nats.Subscription
-	api      micro.Service // the API endpoints (micro.go)
-	consumes []jetstream.ConsumeContext
-	ready    bool
-	stopped  bool
-	// sweep stops the parked-session expiry loop (sessions.go).
-	sweepStop func()
-
-	indexDone chan struct{} // closed when the index loop has returned
-
-	admCfg   admission.Config
-	admitter *admission.Admitter // one per successful start
-
-	// testBeforeEnd, in tests, runs between reading a dead-lettered
-	// query's status and ending it (the window a worker can write in).
-	testBeforeEnd func()
+	// parts in start order; started are those running (Start and Stop
+	// alone touch it, one at a time: startstop serialises them).
+	parts   []part
+	started []part
 }
 
-// New returns a Service.
+// New returns a Service and builds its parts.
 func New(cfg Config) (*Service, error) {
 	if cfg.NC == nil || cfg.Status == nil || cfg.Objects == nil {
 		return nil, errors.New("dispatcher: NC, Status and Objects are required")
@@ -96,184 +97,93 @@ func New(cfg Config) (*Service, error) {
 	ac.JS, ac.NC, ac.Names, ac.Logger = js, cfg.NC, cfg.Provision.Names, cfg.Logger
 	pc := cfg.Provision.WithDefaults()
 	ac.Policy.FleetCap, ac.Replicas = pc.MaxConcurrency, pc.Replicas
-	if _, err := admission.New(ac); err != nil { // validates
+	adm, err := admission.New(ac)
+	if err != nil {
 		return nil, err
 	}
-	return &Service{
-		cfg: cfg, names: cfg.Provision.Names, js: js,
-		log:    cfg.Logger.With().Str("component", "dispatcher").Logger(),
-		admCfg: ac,
-	}, nil
+	s := &Service{
+		Base: startstop.Base{Name: "dispatcher"},
+		cfg:  cfg, names: cfg.Provision.Names, js: js,
+		log: cfg.Logger.With().Str("component", "dispatcher").Logger(),
+		adm: adm,
+	}
+	s.build(pc.MaxConcurrency)
+	return s, nil
 }
 
-// Admitter is the running admitter (nil before Start or after Stop).
-func (s *Service) Admitter() *admission.Admitter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.admitter
+// build makes the parts and lists them in start order: the consumers,
+// then the API that reads what they keep, then the admitter. Stop goes
+// the other way: the admitter hands its lease over at once, the API takes
+// no more requests, and the index writer ends last, after the batch it
+// holds.
+func (s *Service) build(fleetCap int) {
+	q := queryDeps{nc: s.cfg.NC, js: s.js, names: s.names, statusStore: s.cfg.Status, objects: s.cfg.Objects, log: s.log}
+	s.sessions = newSessions(q, s.cfg.SessionTTL, s.cfg.SessionSweep)
+	s.index = newStatusIndex(q, s.sessions, s.adm)
+	end := &ender{queryDeps: q}
+	s.dead = &deadLetters{queryDeps: q, index: s.index, end: end}
+	s.api = &api{
+		queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead,
+		queued: &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap},
+	}
+	s.micro = &endpoints{nc: s.cfg.NC, names: s.names, api: s.api}
+	s.parts = []part{
+		{"status index", s.index.start, s.index.stop},
+		{"dead letters", s.dead.start, s.dead.stop},
+		{"sessions", s.sessions.start, s.sessions.stop},
+		{"api", s.micro.start, s.micro.stop},
+		// Another API (a tenant-scoped micro service reusing s.api's
+		// methods with decoders of its own) is a part added here.
+		// The admitter stays last: a stopped admitter does not start
+		// again, so no part that can fail to start may follow it.
+		{"admitter", s.adm.Start, s.adm.Stop},
+	}
 }
+
+// Admitter is the dispatcher's admitter, one of its parts.
+func (s *Service) Admitter() *admission.Admitter { return s.adm }
 
 // Admitting reports whether this dispatcher is the one admitting jobs.
-func (s *Service) Admitting() bool {
-	a := s.Admitter()
-	return a != nil && a.Leading()
-}
+func (s *Service) Admitting() bool { return s.adm.Leading() }
 
 // Ready reports whether the service has provisioned and serves.
-func (s *Service) Ready() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ready && !s.stopped && s.cfg.NC.IsConnected()
-}
+func (s *Service) Ready() bool { return s.Running() && s.cfg.NC.IsConnected() }
 
-// Start provisions the streams and starts serving. It returns once serving.
-// A Start that fails undoes what it began (subscriptions, consumers, the
-// index loop), so it may be called again; a Start after one that succeeded,
-// or after Stop, returns an error.
-func (s *Service) Start(ctx context.Context) error {
-	s.lifecycle.Lock()
-	defer s.lifecycle.Unlock()
-	s.mu.Lock()
-	started, stopped := s.started, s.stopped
-	s.mu.Unlock()
-	switch {
-	case started:
-		return errors.New("dispatcher: already started")
-	case stopped:
-		return errors.New("dispatcher: stopped")
-	}
-	if err := s.start(ctx); err != nil {
-		_ = s.halt(context.Background())
-		return err
-	}
-	s.mu.Lock()
-	s.started, s.ready = true, true
-	s.mu.Unlock()
-	s.log.Info().Str("jobs", s.names.JobsStream()).Str("queries", s.names.QueriesStream()).Msg("dispatcher serving")
-	return nil
-}
+// Start provisions the streams and starts the parts. It returns once
+// serving. A Start that fails stops the parts it started, so it may be
+// called again; a second Start, or one after Stop, is refused
+// (startstop).
+func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
+
+// Stop stops the parts in the reverse order of Start; in-flight handlers
+// and the index batch being written finish first. Safe to call twice,
+// and before or after a failed Start.
+func (s *Service) Stop(ctx context.Context) error { return s.Base.Stop(ctx, s.halt) }
 
 func (s *Service) start(ctx context.Context) error {
 	if err := provision.Streams(ctx, s.js, s.cfg.Provision); err != nil {
 		return err
 	}
-	n := s.names
-	svc, err := s.serveAPI()
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.api = svc
-	s.mu.Unlock()
-	idx, err := provision.Consumer(ctx, s.js, n.QueriesStream(), jetstream.ConsumerConfig{
-		Durable:       StatusConsumer,
-		FilterSubject: n.StatusWildcard(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 1024,
-	})
-	if err != nil {
-		return fmt.Errorf("dispatcher: status index consumer: %w", err)
-	}
-	// The index handler only queues; one goroutine drains the queue in
-	// batches and writes each query's newest event once per batch, so a
-	// busy fleet costs one storage write per query per batch, not one per
-	// event.
-	indexQ, indexDone := make(chan jetstream.Msg, 1024), make(chan struct{})
-	cc, err := idx.Consume(func(m jetstream.Msg) { indexQ <- m }, jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("dispatcher: status index: %w", err)
-	}
-	s.mu.Lock()
-	s.consumes = append(s.consumes, cc)
-	s.indexDone = indexDone
-	s.mu.Unlock()
-	go s.indexLoop(cc, indexQ, indexDone)
-	dlq, err := provision.Consumer(ctx, s.js, n.AdvisoryStream(), jetstream.ConsumerConfig{
-		Durable:       DLQConsumer,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       time.Minute,
-	})
-	if err != nil {
-		return fmt.Errorf("dispatcher: dead-letter consumer: %w", err)
-	}
-	cc, err = dlq.Consume(s.deadLetter, jetstream.PullMaxMessages(16))
-	if err != nil {
-		return fmt.Errorf("dispatcher: dead letters: %w", err)
-	}
-	s.mu.Lock()
-	s.consumes = append(s.consumes, cc)
-	s.mu.Unlock()
-	if err := s.startSessions(ctx); err != nil {
-		return err
-	}
-	adm, err := admission.New(s.admCfg)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.admitter = adm
-	s.mu.Unlock()
-	return adm.Start(ctx)
-}
-
-// Stop stops serving; in-flight handlers and the index batch being written
-// finish first. Safe to call twice, and before or after a failed Start.
-func (s *Service) Stop(ctx context.Context) error {
-	s.lifecycle.Lock()
-	defer s.lifecycle.Unlock()
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return nil
-	}
-	s.stopped = true
-	s.mu.Unlock()
-	return s.halt(ctx)
-}
-
-// halt drains the subscriptions and consumers Start made and waits for the
-// index loop; it leaves the service with none.
-func (s *Service) halt(ctx context.Context) error {
-	s.mu.Lock()
-	subs, consumes, indexDone, api, sweepStop, adm := s.subs, s.consumes, s.indexDone, s.api, s.sweepStop, s.admitter
-	s.subs, s.consumes, s.indexDone, s.ready, s.api, s.sweepStop, s.admitter = nil, nil, nil, false, nil, nil, nil
-	s.mu.Unlock()
-	// The admitter first: it hands its lease over at once.
-	if adm != nil {
-		if err := adm.Stop(ctx); err != nil {
+	for _, p := range s.parts {
+		if err := p.start(ctx); err != nil {
+			_ = s.halt(context.Background())
 			return err
 		}
+		s.started = append(s.started, p)
 	}
-	if sweepStop != nil {
-		sweepStop()
-	}
-	if api != nil {
-		_ = api.Stop() // drains the endpoints' subscriptions
-	}
-	for _, sub := range subs {
-		_ = sub.Drain()
-	}
-	for _, cc := range consumes {
-		cc.Drain()
-	}
-	for _, cc := range consumes {
-		select {
-		case <-cc.Closed():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	// The index writer last: it ends once its consumer is closed, after
-	// writing the batch it holds.
-	if indexDone != nil {
-		select {
-		case <-indexDone:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	s.log.Info().Str("jobs", s.names.JobsStream()).Str("queries", s.names.QueriesStream()).Msg("dispatcher serving")
 	return nil
+}
+
+// halt stops the parts started, last first, and leaves none started.
+func (s *Service) halt(ctx context.Context) error {
+	var errs []error
+	for i := len(s.started) - 1; i >= 0; i-- {
+		p := s.started[i]
+		if err := p.stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("dispatcher: stopping the %s: %w", p.name, err))
+		}
+	}
+	s.started = nil
+	return errors.Join(errs...)
 }

@@ -12,12 +12,27 @@
 //
 // # Parts
 //
-// The Service composes three parts, one file each:
+// The Service owns its parts: it builds them in New, starts them in Start
+// (in this order) and stops them in Stop (in the reverse order). Each is a
+// type of its own:
 //
-//   - api.go: the request handlers (submit, cancel, status, list);
-//   - index.go: the status index, a batched writer of status records;
-//   - deadletter.go: max-delivery advisories turned into dead letters.
+//   - statusIndex (index.go): the status index, a batched writer of status
+//     records, and lookup (the index, then the stream);
+//   - deadLetters (deadletter.go): max-delivery advisories turned into
+//     dead letters, and their listing;
+//   - sessions (sessions.go): parked sessions resumed, cancelled and
+//     expired;
+//   - endpoints (micro.go): the micro service whose endpoints decode a
+//     request (decode.go) and answer it with api (api.go), whose methods
+//     take decoded requests, so another service serving the same requests
+//     reuses them;
+//   - the admitter (internal/admission), last: a stopped admitter does not
+//     start again, so nothing that can fail starts after it.
 //
-// dispatcher.go wires them: Start provisions and starts each part; Stop
-// drains the subscriptions and consumers, then waits for the index writer.
+// queuedCancel (cancel.go) and ender (ending.go) are the API's and the
+// dead letters' helpers for ending a query no worker will end.
+//
+// The command that builds the Service (cmd/dispatcher serve) starts and
+// stops it, and no part of it: the rule is that whoever builds a service
+// starts and stops it (internal/startstop).
 package dispatcher

@@ -1,24 +1,92 @@
 package dispatcher
 
 // The status index: every status event in FLEET_QUERIES goes to the status
-// store, so status and ls work after restarts.
+// store, so status and ls work after restarts. lookup reads it (and the
+// stream, which it may lag by a moment).
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
+	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-// indexLoop keeps the status index: every status event goes to storage.
+// statusIndex keeps the status index with the durable consumer
+// StatusConsumer, and hands each stored batch to the other readers of
+// status events: the sessions (a parked one with input waiting is
+// resumed) and the admitter (results' cost goes to their tenants' spend).
+type statusIndex struct {
+	queryDeps
+	sessions *sessions
+	adm      *admission.Admitter
+
+	consumed
+	done chan struct{} // closed when the index loop has returned
+}
+
+func newStatusIndex(q queryDeps, s *sessions, adm *admission.Admitter) *statusIndex {
+	return &statusIndex{queryDeps: q, sessions: s, adm: adm}
+}
+
+// start makes (or finds) the consumer and starts the index loop.
+func (x *statusIndex) start(ctx context.Context) error {
+	n := x.names
+	idx, err := provision.Consumer(ctx, x.js, n.QueriesStream(), jetstream.ConsumerConfig{
+		Durable:       StatusConsumer,
+		FilterSubject: n.StatusWildcard(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 1024,
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: status index consumer: %w", err)
+	}
+	// The index handler only queues; one goroutine drains the queue in
+	// batches and writes each query's newest event once per batch, so a
+	// busy fleet costs one storage write per query per batch, not one per
+	// event.
+	q := make(chan jetstream.Msg, 1024)
+	cc, err := idx.Consume(func(m jetstream.Msg) { q <- m }, jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("dispatcher: status index: %w", err)
+	}
+	x.cc, x.done = cc, make(chan struct{})
+	go x.loop(cc, q, x.done)
+	return nil
+}
+
+// stop drains the consumer, then waits for the index writer: it ends once
+// its consumer is closed, after writing the batch it holds.
+func (x *statusIndex) stop(ctx context.Context) error {
+	if err := x.consumed.stop(ctx); err != nil {
+		return err
+	}
+	if x.done == nil {
+		return nil
+	}
+	select {
+	case <-x.done:
+		x.done = nil
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loop keeps the status index: every status event goes to storage.
 // It takes whatever events are queued (up to indexBatch), writes the newest
 // per query (storage.Newer) in one batch (storage.PutStatuses), then acks
 // the batch; a failed write naks the batch's events for a retry.
-func (s *Service) indexLoop(cc jetstream.ConsumeContext, q <-chan jetstream.Msg, done chan<- struct{}) {
+func (x *statusIndex) loop(cc jetstream.ConsumeContext, q <-chan jetstream.Msg, done chan<- struct{}) {
 	defer close(done)
 	const (
 		indexBatch  = 512
@@ -48,17 +116,17 @@ func (s *Service) indexLoop(cc jetstream.ConsumeContext, q <-chan jetstream.Msg,
 			}
 		}
 		linger.Stop()
-		s.indexBatch(batch)
+		x.batch(batch)
 	}
 }
 
-func (s *Service) indexBatch(batch []jetstream.Msg) {
+func (x *statusIndex) batch(batch []jetstream.Msg) {
 	evs := make([]protocol.StatusEvent, 0, len(batch))
 	msgs := batch[:0:0]
 	for _, m := range batch {
 		var ev protocol.StatusEvent
 		if err := json.Unmarshal(m.Data(), &ev); err != nil || !protocol.ValidID(ev.ID) || !protocol.ValidTenant(ev.Tenant) {
-			s.log.Warn().Str("subject", m.Subject()).Msg("unreadable status event; skipping it")
+			x.log.Warn().Str("subject", m.Subject()).Msg("unreadable status event; skipping it")
 			_ = m.Term()
 			continue
 		}
@@ -69,9 +137,9 @@ func (s *Service) indexBatch(batch []jetstream.Msg) {
 	// one filesystem sync on FS) for every event of the batch.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := storage.PutStatuses(ctx, s.cfg.Status, evs)
+	err := storage.PutStatuses(ctx, x.statusStore, evs)
 	if err != nil {
-		s.log.Warn().Err(err).Int("events", len(evs)).Msg("indexing status failed; will retry")
+		x.log.Warn().Err(err).Int("events", len(evs)).Msg("indexing status failed; will retry")
 		for _, m := range msgs {
 			_ = m.NakWithDelay(2 * time.Second)
 		}
@@ -91,24 +159,13 @@ func (s *Service) indexBatch(batch []jetstream.Msg) {
 		if ev.State != protocol.StateParked {
 			continue
 		}
-		if rerr := s.resumeIfParked(ctx, ev.Tenant, ev.ID); rerr != nil {
-			s.log.Warn().Err(rerr).Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("resuming a parked session; will retry")
+		if rerr := x.sessions.resumeIfParked(ctx, ev.Tenant, ev.ID); rerr != nil {
+			x.log.Warn().Err(rerr).Str("tenant", ev.Tenant).Str("query_id", ev.ID).Msg("resuming a parked session; will retry")
 			done[i] = false
 		}
 	}
-	s.mu.Lock()
-	adm := s.admitter
-	s.mu.Unlock()
-	if adm != nil {
-		for i, ok := range adm.RecordSpend(ctx, evs) {
-			done[i] = done[i] && ok
-		}
-	} else {
-		for i, ev := range evs {
-			if ev.State.Terminal() && ev.Result != nil && ev.Result.TotalCostUSD > 0 {
-				done[i] = false // no admitter yet (or any more): count it on redelivery
-			}
-		}
+	for i, ok := range x.adm.RecordSpend(ctx, evs) {
+		done[i] = done[i] && ok // a cost the admitter could not record yet comes again
 	}
 	for i, m := range msgs {
 		if done[i] {
@@ -117,4 +174,27 @@ func (s *Service) indexBatch(batch []jetstream.Msg) {
 			_ = m.NakWithDelay(2 * time.Second)
 		}
 	}
+}
+
+// lookup finds a query's latest status: the index first, then the stream
+// (the index may lag behind by a moment).
+func (x *statusIndex) lookup(ctx context.Context, ref protocol.QueryRef) (*protocol.StatusEvent, error) {
+	var best *protocol.StatusEvent
+	if ev, err := storage.GetStatus(ctx, x.statusStore, ref.Tenant, ref.ID); err == nil {
+		best = ev
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		return nil, err
+	}
+	if st, err := x.js.Stream(ctx, x.names.QueriesStream()); err == nil {
+		if raw, err := st.GetLastMsgForSubject(ctx, x.names.QueryStatus(ref.Tenant, ref.ID)); err == nil {
+			var ev protocol.StatusEvent
+			if json.Unmarshal(raw.Data, &ev) == nil && (best == nil || storage.Newer(ev, *best)) {
+				best = &ev
+			}
+		}
+	}
+	if best == nil {
+		return nil, storage.ErrNotFound
+	}
+	return best, nil
 }

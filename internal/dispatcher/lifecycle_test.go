@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -62,7 +63,8 @@ func (c *natsConn) waitSubs(t *testing.T, n int, what string) {
 }
 
 // TestStartTwice: a second Start (cmd/dispatcher/serve.go retries Start)
-// must not subscribe the API handlers and consumers a second time.
+// must not subscribe the API handlers and consumers a second time; it is
+// refused as startstop says.
 func TestStartTwice(t *testing.T) {
 	svc, c := newService(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -79,7 +81,7 @@ func TestStartTwice(t *testing.T) {
 		}
 	}
 	subs := c.subs()
-	require.Error(t, svc.Start(ctx), "a second Start must be refused")
+	require.ErrorIs(t, svc.Start(ctx), startstop.ErrAlreadyStarted, "a second Start must be refused")
 	require.Equal(t, subs, c.subs(), "a refused Start subscribes nothing")
 }
 
@@ -89,9 +91,9 @@ func TestStartRetryAfterPartialFailure(t *testing.T) {
 	svc, c := newService(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	// The dead-letter consumer is the last thing Start makes: a consumer of
-	// that name whose deliver policy cannot be updated makes Start fail
-	// after it subscribed the API and started the index.
+	// A dead-letter consumer whose deliver policy cannot be updated makes
+	// Start fail after it started the status index (its consumer and
+	// writer): the failed Start must stop it.
 	require.NoError(t, provision.Streams(ctx, c.js, svc.cfg.Provision))
 	before := c.subs() // the connection's request inbox, now made
 	_, err := c.js.CreateConsumer(ctx, svc.names.AdvisoryStream(), jetstream.ConsumerConfig{
@@ -107,7 +109,7 @@ func TestStartRetryAfterPartialFailure(t *testing.T) {
 	require.True(t, svc.Ready())
 	require.NoError(t, svc.Stop(ctx))
 	c.waitSubs(t, before, "Stop leaves no subscription behind")
-	require.Error(t, svc.Start(ctx), "Start after Stop is refused")
+	require.ErrorIs(t, svc.Start(ctx), startstop.ErrStopped, "Start after Stop is refused")
 }
 
 // blockingStore holds the first status write until released.

@@ -1,21 +1,42 @@
 package dispatcher
 
-import (
-	"fmt"
+// The API on NATS: <prefix>.api.{submit,cancel,status,list} and the
+// session ops <prefix>.api.{input,interrupt,approve,end}, the endpoints of
+// the NATS micro service "agentfleet", served by a queue group so several
+// dispatchers share the requests.
 
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentfleet/agentfleet/internal/buildinfo"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// serveAPI registers the NATS micro service "agentfleet" whose endpoints
-// are the API subjects, so `nats micro ls|info|stats agentfleet` find every
+// apiTimeout bounds answering one request.
+const apiTimeout = 10 * time.Second
+
+// sessionOps are the ops served as <prefix>.api.<op>.
+var sessionOps = []string{protocol.OpInput, protocol.OpInterrupt, protocol.OpApprove, protocol.OpEnd}
+
+// endpoints is the micro service "agentfleet" whose endpoints are the API
+// subjects, so `nats micro ls|info|stats agentfleet` find every
 // dispatcher, its endpoints and their request counts, errors and latency.
-// The endpoints share the queue group: one dispatcher answers each request.
-func (s *Service) serveAPI() (micro.Service, error) {
-	n := s.names
-	svc, err := micro.AddService(s.cfg.NC, micro.Config{
+type endpoints struct {
+	nc    *nats.Conn
+	names protocol.Names
+	api   *api
+	svc   micro.Service
+}
+
+func (e *endpoints) start(context.Context) error {
+	n, h := e.names, e.api
+	svc, err := micro.AddService(e.nc, micro.Config{
 		Name:        protocol.ServiceName,
 		Version:     buildinfo.SemVer(),
 		Description: "agentfleet dispatcher: submit, cancel, status and list of query jobs",
@@ -23,21 +44,84 @@ func (s *Service) serveAPI() (micro.Service, error) {
 		Metadata:    map[string]string{"prefix": n.Prefix(), "build": buildinfo.Version()},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dispatcher: micro service: %w", err)
+		return fmt.Errorf("dispatcher: micro service: %w", err)
 	}
-	for _, ep := range []struct {
+	type ep struct {
 		name, subject string
 		h             micro.HandlerFunc
-	}{
-		{"submit", n.APISubmit(), s.handleSubmit},
-		{"cancel", n.APICancel(), s.handleCancel},
-		{"status", n.APIStatus(), s.handleStatus},
-		{"list", n.APIList(), s.handleList},
-	} {
+	}
+	eps := []ep{
+		{"submit", n.APISubmit(), serve(decodeSubmit, submitFailed, h.submit)},
+		{"cancel", n.APICancel(), serve(decodeRefRequest, apiFailed, h.cancel)},
+		{"status", n.APIStatus(), serve(decodeRefRequest, apiFailed, h.status)},
+		{"list", n.APIList(), serve(decodeListRequest, apiFailed, h.list)},
+	}
+	for _, op := range sessionOps {
+		eps = append(eps, ep{op, n.APISessionOp(op), serve(decodeOpRequest(op), apiFailed, h.sessionOp)})
+	}
+	for _, ep := range eps {
 		if err := svc.AddEndpoint(ep.name, ep.h, micro.WithEndpointSubject(ep.subject)); err != nil {
 			_ = svc.Stop()
-			return nil, fmt.Errorf("dispatcher: endpoint %s: %w", ep.subject, err)
+			return fmt.Errorf("dispatcher: endpoint %s: %w", ep.subject, err)
 		}
 	}
-	return svc, nil
+	e.svc = svc
+	return nil
+}
+
+// stop drains the endpoints' subscriptions.
+func (e *endpoints) stop(context.Context) error {
+	if e.svc == nil {
+		return nil
+	}
+	err := e.svc.Stop()
+	e.svc = nil
+	return err
+}
+
+// serve makes an endpoint's handler: decode the request, answer it with
+// handle (within apiTimeout), reply with the answer as JSON. A request
+// that does not decode is answered fail(why).
+func serve[Req, Rep any](decode func(micro.Request) (Req, *protocol.ErrorInfo), fail func(*protocol.ErrorInfo) Rep,
+	handle func(context.Context, Req) Rep) micro.HandlerFunc {
+	return func(m micro.Request) {
+		req, e := decode(m)
+		if e != nil {
+			reply(m, fail(e))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		reply(m, handle(ctx, req))
+	}
+}
+
+func reply(m micro.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":{"code":"internal","message":"encoding the reply"}}`)
+	}
+	_ = m.Respond(b)
+}
+
+func submitFailed(e *protocol.ErrorInfo) protocol.SubmitReply { return protocol.SubmitReply{Error: e} }
+func apiFailed(e *protocol.ErrorInfo) protocol.APIReply       { return protocol.APIReply{Error: e} }
+
+func decodeSubmit(m micro.Request) (*protocol.Job, *protocol.ErrorInfo) {
+	return decodeJob(m.Headers().Get(protocol.HeaderContentType), m.Data())
+}
+
+func decodeRefRequest(m micro.Request) (protocol.QueryRef, *protocol.ErrorInfo) {
+	return decodeRef(m.Data())
+}
+
+func decodeListRequest(m micro.Request) (protocol.ListRequest, *protocol.ErrorInfo) {
+	return decodeList(m.Data())
+}
+
+func decodeOpRequest(op string) func(micro.Request) (opRequest, *protocol.ErrorInfo) {
+	return func(m micro.Request) (opRequest, *protocol.ErrorInfo) {
+		ref, ctl, e := decodeSessionOp(op, m.Data())
+		return opRequest{ref: ref, ctl: ctl}, e
+	}
 }
