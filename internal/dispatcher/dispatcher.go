@@ -209,6 +209,9 @@ func (s *Service) start(ctx context.Context) error {
 	if err := s.startSessions(ctx); err != nil {
 		return err
 	}
+	if err := s.serveTenants(); err != nil {
+		return err
+	}
 	adm, err := admission.New(s.admCfg)
 	if err != nil {
 		return err
