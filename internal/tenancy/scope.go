@@ -58,6 +58,9 @@ func ScopeRequest(tenant string, data []byte) ([]byte, error) {
 			return nil, fmt.Errorf("request must be a JSON object: %w", err)
 		}
 	}
+	if obj == nil { // the body was null
+		obj = map[string]json.RawMessage{}
+	}
 	for k, v := range obj {
 		if !strings.EqualFold(k, "tenant") {
 			continue

@@ -133,9 +133,10 @@ func (d *Dir) Revoke(t string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// Revocation compares whole seconds (revoked iff issued at or before):
-	// one second on covers every creds file minted in this second.
-	ac.RevokeAt(jwt.All, time.Now().Add(time.Second))
+	// Revocation compares whole seconds: a user issued at or before this
+	// second is revoked, so creds minted for t in the same second are too
+	// (mint new ones from the next second on).
+	ac.RevokeAt(jwt.All, time.Now())
 	if err := d.storeAccount(ac); err != nil {
 		return "", err
 	}
