@@ -31,6 +31,12 @@ func newSetup(t *testing.T) *setup {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "auth")
 	require.NoError(t, tenancy.Init(path, tenancy.InitOptions{}))
+	return serveDir(t, path)
+}
+
+// serveDir starts a server on the setup in path.
+func serveDir(t *testing.T, path string) *setup {
+	t.Helper()
 	d, err := tenancy.Open(path)
 	require.NoError(t, err)
 	// Beside the auth directory: nats-server reads an include relative to
