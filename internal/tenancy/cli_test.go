@@ -20,10 +20,16 @@ import (
 // cli runs the dispatcher's command line in this process.
 func cli(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return cliIn(t, "", args...)
+}
+
+// cliIn is cli with stdin.
+func cliIn(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	code := fleetcli.Run(ctx, args, fleetcli.IO{In: strings.NewReader(""), Out: &out, Err: &errb})
+	code := fleetcli.Run(ctx, args, fleetcli.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb})
 	return code, out.String(), errb.String()
 }
 
