@@ -33,7 +33,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		httpAddr, pprofAddr       string
 		maxConc, maxDeliver, reps int
 		workerSlots               int
-		uiToken                   string
+		uiToken, authDir          string
 		ackWait, maxAge, ttl      time.Duration
 		tenantDefaults            admission.Settings
 		leaseTTL, rlPause         time.Duration
@@ -43,6 +43,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	fs.StringVar(&statusURL, "status-storage", "", "status storage URL; defaults to --storage (env FLEET_STATUS_STORAGE)")
 	fs.StringVar(&httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics and the dashboard at /; 127.0.0.1:0 = off (env FLEET_HTTP)")
 	fs.StringVar(&uiToken, "ui-token", "", "token the dashboard requires (Authorization: Bearer, or /login); unset: loopback clients only (env FLEET_UI_TOKEN)")
+	fs.StringVar(&authDir, "auth-dir", "", "the directory of 'auth init': the dashboard takes its tenants' tokens, each reaching only its tenant (env FLEET_AUTH_DIR)")
 	fs.IntVar(&maxConc, "max-concurrency", 64, "fleet-wide concurrency: the work consumer's MaxAckPending (env FLEET_MAX_CONCURRENCY)")
 	fs.DurationVar(&ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
 	fs.IntVar(&maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")
@@ -146,7 +147,12 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		return fleetcli.ExitUsage
 	}
 	reg.MustRegister(queue)
-	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: uiToken, Objects: objects, Logger: &log})
+	tenants, err := tenantTokens(authDir)
+	if err != nil {
+		log.Error().Err(err).Msg("--auth-dir")
+		return fleetcli.ExitUsage
+	}
+	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: uiToken, Tenants: tenants, Objects: objects, Logger: &log})
 	if err != nil {
 		log.Error().Err(err).Msg("dashboard")
 		return 1
