@@ -54,7 +54,7 @@ dispatcher auth init --dir ./auth --resolver-dir /etc/nats/auth/jwt   # where a 
 }
 
 func (c *authCmd) Flags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.dir, "dir", "", "the auth directory (env FLEET_AUTH_DIR)")
+	fs.StringVar(&c.dir, "dir", "", "the auth directory (env FLEET_DIR)")
 	fs.StringVar(&c.resolverDir, "resolver-dir", "", "the account JWT directory as nats-server sees it, absolute [DIR/jwt]")
 }
 
@@ -112,7 +112,7 @@ dispatcher tenant token acme --dir ./auth`,
 }
 
 func (c *tenantAuthCmd) Flags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.dir, "dir", "", "the auth directory of 'auth init' (env FLEET_AUTH_DIR)")
+	fs.StringVar(&c.dir, "dir", "", "the auth directory of 'auth init' (env FLEET_DIR)")
 	fs.DurationVar(&c.ttl, "ttl", 0, "creds, token: expire after this long (0: never)")
 	fs.StringVar(&c.out, "out", "", "creds: write the creds file here (0600) instead of stdout")
 }

@@ -53,6 +53,7 @@ var commands = []func() Command{
 	func() Command { return &drainCmd{} },
 	func() Command { return &versionCmd{} },
 	func() Command { return &tenantCmd{} },
+	func() Command { return &tenantAuthCmd{} }, // listed; reached through authCommand
 	func() Command { return &authCmd{} },
 }
 

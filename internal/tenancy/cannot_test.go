@@ -130,6 +130,12 @@ func TestTenantCannot(t *testing.T) {
 		_, err := c.bLegacy.Publish("fleet.jobs.a", []byte(`{"id":"x","prompt":"p"}`))
 		require.Error(t, err, "a JetStream publish of a's job was acknowledged")
 		c.requireNoMsg(t, "fleet.query.a.q1.ctl")
+		// A header asking the stream to roll up (purge) is refused, not obeyed.
+		_, err = c.bLegacy.PublishMsg(&nats.Msg{Subject: "fleet.query.b.q1.ctl", Data: []byte(`{"op":"cancel"}`),
+			Header: nats.Header{"Nats-Rollup": []string{"all"}}})
+		require.Error(t, err)
+		_, err = c.queries.GetLastMsgForSubject(ctxT(t, 10*time.Second), "fleet.query.a.q1.msg")
+		require.NoError(t, err, "a's messages are still there")
 	})
 
 	t.Run("make the server write through a reply subject", func(t *testing.T) {
