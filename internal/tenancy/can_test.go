@@ -2,18 +2,19 @@ package tenancy_test
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/tenancy"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 // A tenant's creds do all SPEC 12 says they can, against a fleet running
@@ -26,7 +27,8 @@ func TestTenantCan(t *testing.T) {
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2})
 	fleettest.WaitReady(t, w.W)
 
-	nc := s.connect(s.creds("acme", 0), nil)
+	acmeCreds := s.creds("acme", 0)
+	nc := s.connect(acmeCreds, nil)
 	live := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe("fleet.query.acme.>", live)
 	require.NoError(t, err)
@@ -100,7 +102,27 @@ func TestTenantCan(t *testing.T) {
 		_, err = st.GetLastMsgForSubject(ctxT(t, 5*time.Second), "fleet.query.acme.api1.ctl")
 		return err == nil
 	}, "acme's .ctl stored")
-	_ = jetstream.ErrMsgNotFound
+
+	// The archiver (on the dispatcher's creds) stored the transcript, and
+	// an admin (admin.creds) sets the tenant's admission settings.
+	fleettest.Eventually(t, time.Minute, func() bool {
+		_, err := f.Objects.Get(ctxT(t, 5*time.Second), storage.TranscriptKey("acme", "api1"))
+		return err == nil
+	}, "acme's transcript archived")
+	admin := filepath.Join(s.Dir.Path, tenancy.AdminFile)
+	code, _, errs := cli(t, "tenant", "set", "acme", "--max-running", "3", "--nats-url", s.Srv.ClientURL(), "--nats-creds", admin)
+	require.Equal(t, 0, code, errs)
+	code, out, errs := cli(t, "tenant", "get", "acme", "--nats-url", s.Srv.ClientURL(), "--nats-creds", admin)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "3")
+	// The tenant's own creds may not.
+	code, _, _ = cli(t, "tenant", "set", "acme", "--max-running", "100", "--nats-url", s.Srv.ClientURL(), "--nats-creds", acmeCreds, "--timeout", "3s")
+	require.NotEqual(t, 0, code)
+	kv, err := f.JS.KeyValue(ctxT(t, 5*time.Second), "FLEET_TENANTS")
+	require.NoError(t, err)
+	e, err := kv.Get(ctxT(t, 5*time.Second), "acme")
+	require.NoError(t, err)
+	require.NotContains(t, string(e.Value()), "100")
 }
 
 func containsType(line []byte, typ string) bool {

@@ -123,7 +123,7 @@ func TestTenantCannot(t *testing.T) {
 	t.Run("publish another tenant's jobs or .ctl, its own .msg/.status, work or dead letters", func(t *testing.T) {
 		c.onlyBarrier(t, func(p []byte) {
 			for _, subj := range []string{"fleet.jobs.a", "fleet.query.a.q1.ctl", "fleet.query.b.q1.msg", "fleet.query.b.q1.status",
-				"fleet.work.b", "fleet.work.a", "fleet.dlq.b", "$KV.FLEET_TENANTS.b", "fleet.tapi.a.status", "fleet.tjs.a.STREAM.MSG.GET.FLEET_QUERIES"} {
+				"fleet.work.b", "fleet.work.a", "fleet.dlq.b", "$KV.FLEET_TENANTS.b", "$O.FLEET_TRANSCRIPTS.C.x", "$JS.API.STREAM.PURGE.FLEET_QUERIES", "fleet.tapi.a.status", "fleet.tjs.a.STREAM.MSG.GET.FLEET_QUERIES"} {
 				require.NoError(t, c.b.Publish(subj, p))
 			}
 		})
