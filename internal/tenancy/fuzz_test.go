@@ -95,3 +95,40 @@ func b64(b []byte) string {
 func stdB64(b []byte) string { return base64Std.EncodeToString(b) }
 
 var base64Std = base64.StdEncoding
+
+func FuzzCheckMsgGet(f *testing.F) {
+	f.Add([]byte(`{"last_by_subj":"fleet.query.a.q1.status"}`))
+	f.Add([]byte(`{"last_by_subj":"fleet.query.b.q1.status"}`))
+	f.Add([]byte(`{"seq":1}`))
+	f.Add([]byte(`{"last_by_subj":"fleet.query.a.>"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if CheckMsgGet("fleet.query.a.", b) != nil {
+			return
+		}
+		var req map[string]json.RawMessage
+		if json.Unmarshal(b, &req) != nil || len(req) != 1 {
+			t.Fatalf("let %q through", b)
+		}
+		var subj string
+		if json.Unmarshal(req["last_by_subj"], &subj) != nil || !strings.HasPrefix(subj, "fleet.query.a.") {
+			t.Fatalf("let %q through", b)
+		}
+	})
+}
+
+func FuzzScopeJob(f *testing.F) {
+	f.Add([]byte(`{"id":"q1","prompt":"p"}`), "")
+	f.Add([]byte(`{"id":"q1","prompt":"p","tenant":"b"}`), "")
+	f.Add([]byte(`{"id":"q1","prompt":"p","Tenant":"b","tenant":"a"}`), "")
+	f.Add([]byte{0x81, 0xa6, 't', 'e', 'n', 'a', 'n', 't', 0xa1, 'b'}, "application/msgpack")
+	f.Fuzz(func(t *testing.T, b []byte, ct string) {
+		out, err := ScopeJob("a", ct, b)
+		if err != nil {
+			return
+		}
+		var job struct{ Tenant string }
+		if json.Unmarshal(out, &job) != nil || job.Tenant != "a" {
+			t.Fatalf("%q (%s) became %q", b, ct, out)
+		}
+	})
+}
