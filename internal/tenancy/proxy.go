@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,6 +113,9 @@ func (p *JSProxy) forward(ctx context.Context, tenant, call string, m *nats.Msg)
 func CheckConsumerCreate(name, filter, own string, data []byte) ([]byte, error) {
 	if name == "" || filter == "" || !strings.HasPrefix(filter, own) {
 		return nil, fmt.Errorf("%w: a consumer must filter within %s>", ErrScope, own)
+	}
+	if slices.Contains(FleetDurables, name) {
+		return nil, fmt.Errorf("%w: %q is the name of one of the fleet's consumers", ErrScope, name)
 	}
 	var req map[string]json.RawMessage
 	if err := json.Unmarshal(data, &req); err != nil {
