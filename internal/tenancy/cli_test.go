@@ -114,3 +114,30 @@ func TestCLIOnboardSubmitTail(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "no such tenant")
 }
+
+// A server whose resolver directory is not DIR/jwt (a container mounting
+// it elsewhere) learns a new tenant's account from the push `tenant
+// creds` makes.
+func TestCLICredsPushNewAccount(t *testing.T) {
+	root := t.TempDir()
+	dir, elsewhere := filepath.Join(root, "auth"), filepath.Join(root, "server-jwt")
+	code, _, errs := cli(t, "auth", "init", "--dir", dir, "--resolver-dir", elsewhere)
+	require.Equal(t, 0, code, errs)
+	s := serveDir(t, dir)
+	creds := filepath.Join(root, "acme.creds")
+	code, _, errs = cli(t, "tenant", "creds", "acme", "--dir", dir, "--out", creds, "--nats-url", s.Srv.ClientURL())
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, errs, "was not pushed")
+	nc := s.connect(creds, nil)
+	r, err := nc.Request("$SYS.REQ.USER.INFO", nil, 10*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(r.Data), "tenant:acme")
+	entries, err := os.ReadDir(elsewhere)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "the server stored the pushed account")
+
+	// Unreachable NATS: the creds are still made, and the note says why.
+	code, _, errs = cli(t, "tenant", "creds", "late", "--dir", dir, "--nats-url", "nats://127.0.0.1:1")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, errs, "was not pushed")
+}
