@@ -23,6 +23,7 @@ type serveConfig struct {
 	common                        config.Common
 	storageURL, statusURL         string
 	httpAddr, pprofAddr, uiToken  string
+	authDir                       string
 	maxConc, maxDeliver, replicas int
 	workerSlots                   int
 	ackWait, maxAge, sessionTTL   time.Duration
@@ -37,6 +38,7 @@ func (c *serveConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.statusURL, "status-storage", "", "status storage URL; defaults to --storage (env FLEET_STATUS_STORAGE)")
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics and the dashboard at /; 127.0.0.1:0 = off (env FLEET_HTTP)")
 	fs.StringVar(&c.uiToken, "ui-token", "", "token the dashboard requires (Authorization: Bearer, or /login); unset: loopback clients only (env FLEET_UI_TOKEN)")
+	fs.StringVar(&c.authDir, "auth-dir", "", "the directory of 'auth init': the dashboard takes its tenants' tokens, each reaching only its tenant (env FLEET_AUTH_DIR)")
 	fs.IntVar(&c.maxConc, "max-concurrency", 64, "fleet-wide concurrency: the work consumer's MaxAckPending (env FLEET_MAX_CONCURRENCY)")
 	fs.DurationVar(&c.ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
 	fs.IntVar(&c.maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")

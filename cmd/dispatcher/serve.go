@@ -186,7 +186,11 @@ func (s *server) metrics(nc *nats.Conn, names protocol.Names) (int, error) {
 		return fleetcli.ExitUsage, fmt.Errorf("--worker-slots: %w", err)
 	}
 	s.reg.MustRegister(queue)
-	s.ui, err = dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: s.cfg.uiToken, Objects: s.objects, Logger: &s.log})
+	tenants, err := tenantTokens(s.cfg.authDir)
+	if err != nil {
+		return fleetcli.ExitUsage, fmt.Errorf("--auth-dir: %w", err)
+	}
+	s.ui, err = dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: s.cfg.uiToken, Tenants: tenants, Objects: s.objects, Logger: &s.log})
 	if err != nil {
 		return 1, fmt.Errorf("dashboard: %w", err)
 	}

@@ -19,9 +19,11 @@
 // # Access
 //
 // With a token (dispatcher serve --ui-token), a request needs it as
-// "Authorization: Bearer <token>" or the cookie /login sets. Without one,
-// only loopback clients are served. State-changing requests are POSTs whose
-// Origin (when sent) must be this host.
+// "Authorization: Bearer <token>" or the cookie /login sets. Tenant tokens
+// (SPEC 12, Config.Tenants) are taken the same ways and reach only their
+// tenant's queries (tenants.go). Without either, only loopback clients are
+// served. State-changing requests are POSTs whose Origin (when sent) must
+// be this host.
 package dashboard
 
 import (
@@ -63,6 +65,11 @@ type Config struct {
 	// Token, when set, is required of every request; else only loopback
 	// clients are served.
 	Token string
+	// Tenants, when set, verifies a tenant's bearer token and returns its
+	// tenant (tenancy.Dir.VerifyToken, dispatcher serve --auth-dir); such a
+	// token reaches only that tenant's queries. Set, it ends loopback's
+	// open access as Token does.
+	Tenants func(token string) (tenant string, err error)
 	// Objects is the fleet's storage, where workspace diffs are; when nil
 	// the query page shows a workspace's changed files but not its diff.
 	Objects storage.Store
@@ -122,8 +129,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	open := r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
-	if !open && !h.allowed(r) {
-		if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/events") && h.cfg.Token != "" {
+	tenant, ok := h.access(r)
+	if !open && !ok {
+		if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/events") && h.tokens() {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return
 		}
@@ -134,20 +142,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}
+	if tenant != "" && !open && !scopeToTenant(w, r, tenant) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
-func (h *Handler) allowed(r *http.Request) bool {
-	if h.cfg.Token == "" {
+// tokens reports whether access takes tokens (else loopback is open).
+func (h *Handler) tokens() bool { return h.cfg.Token != "" || h.cfg.Tenants != nil }
+
+// access checks a request's token: ok, and the tenant a tenant token is
+// for ("" for the operator's token, or loopback with no tokens set).
+func (h *Handler) access(r *http.Request) (tenant string, ok bool) {
+	if !h.tokens() {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		ip := net.ParseIP(host)
-		return err == nil && ip != nil && ip.IsLoopback()
+		return "", err == nil && ip != nil && ip.IsLoopback()
 	}
 	got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if c, err := r.Cookie(cookieName); err == nil && got == "" {
 		got = c.Value
 	}
-	return subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) == 1
+	return h.check(got)
+}
+
+// check checks a token: the operator's, or a tenant's.
+func (h *Handler) check(tok string) (tenant string, ok bool) {
+	if h.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.Token)) == 1 {
+		return "", true
+	}
+	if h.cfg.Tenants != nil && tok != "" {
+		t, err := h.cfg.Tenants(tok)
+		if err == nil {
+			return t, true
+		}
+		h.log.Info().Err(err).Msg("tenant token refused")
+	}
+	return "", false
 }
 
 func sameOrigin(r *http.Request) bool {
@@ -172,7 +203,7 @@ func (h *Handler) loginPage(w http.ResponseWriter, _ *http.Request) {
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	tok := r.FormValue("token")
-	if h.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.Token)) != 1 {
+	if _, ok := h.check(tok); !ok {
 		w.WriteHeader(http.StatusUnauthorized)
 		h.render(w, "login.html", map[string]any{"Title": "Sign in", "Error": "wrong token"})
 		return

@@ -73,6 +73,7 @@ type Service struct {
 	sessions *sessions
 	api      *api
 	micro    *endpoints
+	tenants  *tenantAPI
 
 	// parts in start order; started are those running (Start and Stop
 	// alone touch it, one at a time: startstop serialises them).
@@ -127,13 +128,13 @@ func (s *Service) build(fleetCap int) {
 		queued: &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap},
 	}
 	s.micro = &endpoints{nc: s.cfg.NC, names: s.names, api: s.api}
+	s.tenants = &tenantAPI{nc: s.cfg.NC, names: s.names, api: s.api, log: s.log}
 	s.parts = []part{
 		{"status index", s.index.start, s.index.stop},
 		{"dead letters", s.dead.start, s.dead.stop},
 		{"sessions", s.sessions.start, s.sessions.stop},
 		{"api", s.micro.start, s.micro.stop},
-		// Another API (a tenant-scoped micro service reusing s.api's
-		// methods with decoders of its own) is a part added here.
+		{"tenant api", s.tenants.start, s.tenants.stop},
 		// The admitter stays last: a stopped admitter does not start
 		// again, so no part that can fail to start may follow it.
 		{"admitter", s.adm.Start, s.adm.Stop},

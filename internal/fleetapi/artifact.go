@@ -12,11 +12,7 @@ import (
 // query's .artifact subject (kept by FLEET_QUERIES). It wraps
 // jetstream.ErrMsgNotFound when the query has none (yet).
 func (c *Client) Artifact(ctx context.Context, tenant, id string) (protocol.Artifact, error) {
-	st, err := c.JS.Stream(ctx, c.Names.QueriesStream())
-	if err != nil {
-		return protocol.Artifact{}, err
-	}
-	m, err := st.GetLastMsgForSubject(ctx, c.Names.QueryArtifact(tenant, id))
+	m, err := c.lastMsg(ctx, c.Names.QueryArtifact(tenant, id))
 	if err != nil {
 		return protocol.Artifact{}, err
 	}

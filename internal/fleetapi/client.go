@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/agentfleet/internal/fence"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -31,6 +30,9 @@ type Client struct {
 	NC    *nats.Conn
 	JS    jetstream.JetStream
 	Names protocol.Names
+	// APIPrefix is the JetStream API prefix of a tenant's client
+	// (NewTenantClient); "" for the default.
+	APIPrefix string
 }
 
 // NewClient returns a client on nc.
@@ -124,7 +126,7 @@ type Follower struct {
 func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f Follower) (*protocol.StatusEvent, error) {
 	var latest uint64
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
-	_, last, err := fence.LastStatus(rctx, c.NC, c.Names.QueriesStream(), c.Names.QueryStatus(tenant, id))
+	last, err := c.lastStatus(rctx, tenant, id)
 	cancel()
 	switch {
 	case err != nil:

@@ -53,6 +53,8 @@ var commands = []func() Command{
 	func() Command { return &drainCmd{} },
 	func() Command { return &versionCmd{} },
 	func() Command { return &tenantCmd{} },
+	func() Command { return &tenantAuthCmd{} }, // listed; reached through authCommand
+	func() Command { return &authCmd{} },
 }
 
 // Command is one client command.
@@ -98,6 +100,8 @@ type Env struct {
 	client *fleetapi.Client
 	nc     *nats.Conn
 	errw   *gatedWriter
+	// apiPrefix is the JetStream API prefix of tenant creds (auth.go).
+	apiPrefix string
 }
 
 // Client connects to NATS on first use. On failure it has printed why and
@@ -109,11 +113,17 @@ func (e *Env) Client() (*fleetapi.Client, int) {
 	log := e.Log
 	nc, err := config.Connect(e.Common, "fleet-cli", log, nats.RetryOnFailedConnect(false), nats.MaxReconnects(3))
 	if err != nil {
-		fmt.Fprintf(e.Err, "cannot reach NATS at %s: %v\n", config.RedactURLs(e.Common.NATSURL), err)
+		fmt.Fprintf(e.Err, "cannot reach NATS at %s: %v%s\n", config.RedactURLs(e.Common.NATSURL), err, credsHint(e.Common.NATSCreds, err))
 		return nil, ExitUnavailable
 	}
 	log.Debug().Str("url", nc.ConnectedUrlRedacted()).Msg("connected to NATS")
-	c, err := fleetapi.NewClient(nc, protocol.NewNames(e.Common.Prefix))
+	newClient := fleetapi.NewClient
+	if e.apiPrefix != "" { // tenant creds (auth.go)
+		newClient = func(nc *nats.Conn, n protocol.Names) (*fleetapi.Client, error) {
+			return fleetapi.NewTenantClient(nc, n, e.apiPrefix)
+		}
+	}
+	c, err := newClient(nc, protocol.NewNames(e.Common.Prefix))
 	if err != nil {
 		nc.Close()
 		fmt.Fprintln(e.Err, err)
@@ -185,6 +195,9 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 		name = "version"
 	}
 	cmd := lookup(name)
+	if c := authCommand(args); c != nil {
+		cmd = c
+	}
 	if cmd == nil {
 		fmt.Fprintf(stdio.Err, "unknown command %q\n\n%s", name, Usage())
 		return ExitUsage
@@ -214,6 +227,10 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 		fmt.Fprintf(stdio.Err, "dispatcher %s: %v\nsee 'dispatcher %s --help'\n", name, err, name)
 		return ExitUsage
 	}
+	apiPrefix, code, ok := credsTenant(fs, &common, stdio.Err)
+	if !ok {
+		return code
+	}
 	err := cmd.Validate(fs)
 	if err == nil && timeout <= 0 {
 		err = errors.New("--timeout must be positive")
@@ -228,6 +245,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 		return ExitUsage
 	}
 	e := &Env{IO: stdio, Common: common, Timeout: timeout, Log: log, errw: errw}
+	e.apiPrefix = apiPrefix
 	defer e.close()
 	return cmd.Run(ctx, e)
 }
