@@ -107,7 +107,8 @@ type RunInfo struct {
 	TenantBudget func() (remainingUSD float64, limited bool)
 	// OnCap is called once, when a cap is first reached: after the call
 	// that crossed it, or at the first call refused with 402. The worker
-	// ends the run failed / budget. It must not block.
+	// ends the run failed / budget. It must not block, nor call Close
+	// (cancel the run; its end closes the token).
 	OnCap func(Cap)
 }
 
@@ -164,6 +165,9 @@ type run struct {
 	spent  float64
 	capped *Cap
 	closed bool
+	// inflight counts the run's requests being handled; Close waits for
+	// them, so the Summary holds every call that was answered.
+	inflight sync.WaitGroup
 }
 
 // Start validates cfg, listens on loopback and serves until Stop.
@@ -253,8 +257,9 @@ func (g *Gateway) Open(info RunInfo) (token, baseURL string) {
 }
 
 // Close ends a token: later requests with it get 401, and calls still in
-// flight are cut off. It returns the run's metered spend. Closing an
-// unknown or closed token returns a zero Summary.
+// flight are cut off and accounted before it returns the run's metered
+// spend. Closing an unknown or closed token returns a zero Summary. It
+// must not be called from OnCap or a Publisher.
 func (g *Gateway) Close(token string) Summary {
 	key := sha256.Sum256([]byte(token))
 	g.mu.Lock()
@@ -266,10 +271,12 @@ func (g *Gateway) Close(token string) Summary {
 	delete(g.runs, key)
 	r.closed = true
 	g.addTenant(r.info.Tenant, -r.spent)
-	s := Summary{Calls: r.calls, CostUSD: r.spent, Capped: r.capped}
 	g.mu.Unlock()
 	r.cancel()
-	return s
+	r.inflight.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return Summary{Calls: r.calls, CostUSD: r.spent, Capped: r.capped}
 }
 
 // Spent returns an open run's metered spend so far.
@@ -315,7 +322,8 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	return err
 }
 
-// lookup returns the open run of a request's token (nil if none).
+// lookup returns the open run of a request's token (nil if none), its
+// inflight count raised: the caller calls r.inflight.Done.
 func (g *Gateway) lookup(r *http.Request) *run {
 	tok := r.Header.Get("X-Api-Key")
 	if tok == "" {
@@ -328,7 +336,11 @@ func (g *Gateway) lookup(r *http.Request) *run {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.runs[sha256.Sum256([]byte(tok))]
+	run := g.runs[sha256.Sum256([]byte(tok))]
+	if run != nil {
+		run.inflight.Add(1)
+	}
+	return run
 }
 
 // capOf reports the cap a run has reached before its next call, if any.

@@ -503,3 +503,30 @@ func TestStreamPassesByteForByteAndUnbuffered(t *testing.T) {
 	require.Equal(t, int64(3), ev.InputTokens)
 	require.Equal(t, int64(9), ev.OutputTokens)
 }
+
+func TestCloseCutsOffAndAccountsACallInFlight(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	held := make(chan struct{}, 1)
+	b := setup(t, func(*anthropicfake.Request) anthropicfake.Reply {
+		held <- struct{}{}
+		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.Text("a"), anthropicfake.Text("b")},
+			Hold: hold, Usage: &anthropicfake.Usage{InputTokens: 1000, OutputTokens: 10}}
+	})
+	token, _ := b.gw.Open(gateway.RunInfo{Tenant: "acme", QueryID: "q1", Attempt: 1})
+	resp := b.post(t, t.Context(), "/v1/messages", token, messagesBody(true))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	waitOrTimeout(t, held)
+	// The agent has the stream's start: message_start has passed.
+	got := make([]byte, 20)
+	_, err := io.ReadFull(resp.Body, got)
+	require.NoError(t, err)
+	sum := b.gw.Close(token)
+	require.Equal(t, 1, sum.Calls, "the call cut off is in the summary")
+	require.InDelta(t, 1000*2/1e6+1*10/1e6, sum.CostUSD, 1e-12, "its input is billed")
+	_, err = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Error(t, err, "the agent's stream broke")
+	require.Equal(t, 1, waitOrTimeout(t, b.events).ev.Call)
+}

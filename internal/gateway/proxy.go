@@ -32,6 +32,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key: not a token of a running job")
 		return
 	}
+	defer r.inflight.Done()
 	metered := req.Method == http.MethodPost && req.URL.Path == "/v1/messages"
 	if !metered && !passThrough(req) {
 		writeError(w, http.StatusNotFound, "not_found_error", "the model gateway forwards only the Messages API (/v1/messages, /v1/messages/count_tokens, /v1/models)")
