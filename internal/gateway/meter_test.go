@@ -172,3 +172,14 @@ func FuzzRetryUntil(f *testing.F) {
 		_ = retryUntil(h, time.Now())
 	})
 }
+
+func FuzzDecodeEvent(f *testing.F) {
+	f.Add([]byte(`{"call":3,"attempt":1,"model":"m","input_tokens":1,"output_tokens":2,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,"cost_usd":0.1,"status":200,"ms":5}`))
+	f.Add([]byte(`{"call":-1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := DecodeEvent(b)
+		if err == nil {
+			require.GreaterOrEqual(t, ev.Call, 0)
+		}
+	})
+}
