@@ -147,7 +147,7 @@ type Gateway struct {
 	ln       net.Listener
 	srv      *http.Server
 	url      string
-	served   chan struct{}
+	serving  sync.WaitGroup
 	stopOnce sync.Once
 
 	mu         sync.Mutex
@@ -209,16 +209,34 @@ func Start(cfg Config) (*Gateway, error) {
 		cfg: cfg, log: log, upstream: up, ln: ln,
 		client:     &http.Client{Transport: cfg.Transport, CheckRedirect: noRedirect},
 		url:        "http://" + ln.Addr().String(),
-		served:     make(chan struct{}),
 		runs:       map[[32]byte]*run{},
 		tenantLive: map[string]float64{},
 	}
 	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	g.serve(ln)
+	return g, nil
+}
+
+func (g *Gateway) serve(ln net.Listener) {
+	g.serving.Add(1)
 	go func() {
-		defer close(g.served)
+		defer g.serving.Done()
 		_ = g.srv.Serve(ln)
 	}()
-	return g, nil
+}
+
+// Serve serves on one more listener (a unix socket a contained sandbox
+// relays to a loopback address inside its network namespace, say) until
+// Stop, which closes it. A run's agent then gets that address as its base
+// URL instead of URL. After Stop it closes ln.
+func (g *Gateway) Serve(ln net.Listener) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		_ = ln.Close()
+		return
+	}
+	g.serve(ln)
 }
 
 func isLoopback(host string) bool {
@@ -314,7 +332,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		if err != nil {
 			_ = g.srv.Close()
 		}
-		<-g.served
+		g.serving.Wait()
 		if tr, ok := g.cfg.Transport.(interface{ CloseIdleConnections() }); ok {
 			tr.CloseIdleConnections()
 		}

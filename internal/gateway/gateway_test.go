@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -529,4 +530,53 @@ func TestCloseCutsOffAndAccountsACallInFlight(t *testing.T) {
 	_ = resp.Body.Close()
 	require.Error(t, err, "the agent's stream broke")
 	require.Equal(t, 1, waitOrTimeout(t, b.events).ev.Call)
+}
+
+func TestServesOnAnotherListener(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	sock := filepath.Join(t.TempDir(), "gw.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	b.gw.Serve(ln)
+	token, _ := b.gw.Open(gateway.RunInfo{Tenant: "acme", QueryID: "q1", Attempt: 1})
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://gateway/v1/messages", strings.NewReader(messagesBody(true)))
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", token)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, readAll(t, resp), "message_stop")
+	require.Equal(t, 1, waitOrTimeout(t, b.events).ev.Call)
+}
+
+func TestStopCutsOffCallsInFlight(t *testing.T) {
+	t.Parallel()
+	stall := make(chan struct{})
+	t.Cleanup(func() { close(stall) })
+	seen := make(chan struct{}, 1)
+	b := setup(t, func(*anthropicfake.Request) anthropicfake.Reply {
+		seen <- struct{}{}
+		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.Text("x")}, Stall: stall}
+	})
+	token, _ := b.gw.Open(gateway.RunInfo{Tenant: "acme", QueryID: "q1", Attempt: 1})
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, b.gw.URL()+"/v1/messages", strings.NewReader(messagesBody(true)))
+		req.Header.Set("X-Api-Key", token)
+		resp, err := b.client.Do(req)
+		if err == nil {
+			_, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitOrTimeout(t, seen)
+	require.NoError(t, b.gw.Stop(t.Context()))
+	waitOrTimeout(t, done)
+	require.NoError(t, b.gw.Stop(t.Context()), "a second Stop")
 }
