@@ -16,8 +16,10 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
 	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
 const (
@@ -579,4 +581,23 @@ func TestStopCutsOffCallsInFlight(t *testing.T) {
 	require.NoError(t, b.gw.Stop(t.Context()))
 	waitOrTimeout(t, done)
 	require.NoError(t, b.gw.Stop(t.Context()), "a second Stop")
+}
+
+func TestRateLimitReachesAdmissionAsALine(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	until := now.Add(90 * time.Second).Truncate(time.Second)
+	line, ok := gateway.RateLimit{Tenant: "acme", Status: 429, Until: until}.AdmissionLine()
+	require.True(t, ok)
+	require.True(t, protocol.MayReportRateLimit(line))
+	got, hit := admission.RateLimitUntil(line, now, time.Minute)
+	require.True(t, hit)
+	require.Equal(t, until.Unix(), got.Unix())
+	line, ok = gateway.RateLimit{Tenant: "acme", Status: 429}.AdmissionLine()
+	require.True(t, ok)
+	got, hit = admission.RateLimitUntil(line, now, time.Minute)
+	require.True(t, hit)
+	require.Equal(t, now.Add(time.Minute), got, "no reset: admission's default pause")
+	_, ok = gateway.RateLimit{Tenant: "acme", Status: 529}.AdmissionLine()
+	require.False(t, ok, "an overloaded upstream pauses no tenant")
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -58,4 +59,21 @@ func retryUntil(h http.Header, now time.Time) time.Time {
 		}
 	}
 	return latest
+}
+
+// AdmissionLine is the 429 as a line admission reads on
+// protocol.Names.RateLimitSubject (admission.RateLimitUntil): a rejected
+// rate_limit_event whose resetsAt is Until (Unix seconds, rounded up;
+// absent when Until is zero, so admission pauses for its default). ok is
+// false for a 529: the upstream is overloaded, the tenant is not limited.
+func (rl RateLimit) AdmissionLine() (line []byte, ok bool) {
+	if rl.Status != http.StatusTooManyRequests {
+		return nil, false
+	}
+	info := map[string]any{"status": "rejected"}
+	if !rl.Until.IsZero() {
+		info["resetsAt"] = (rl.Until.UnixMilli() + 999) / 1000
+	}
+	b, _ := json.Marshal(map[string]any{"type": "rate_limit_event", "rate_limit_info": info, "x_fleet": "model gateway"})
+	return b, true
 }
