@@ -23,6 +23,27 @@ const DefaultUpstream = "https://api.anthropic.com"
 // TokenPrefix starts every run token, so one is told from a real key.
 const TokenPrefix = "fleet-run-"
 
+// CredentialEnv lists the variables that hold a model credential: the
+// worker reads its own from them (CredentialsFromEnv), and none of them may
+// reach an agent from the worker's environment, nor show in the worker's
+// /proc environ.
+var CredentialEnv = []string{"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"}
+
+// IsCredentialEnv reports whether name is one of CredentialEnv (any case).
+func IsCredentialEnv(name string) bool {
+	for _, c := range CredentialEnv {
+		if strings.EqualFold(name, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// CredentialsFromEnv fills cfg's credential from the worker's environment.
+func (cfg *Config) CredentialsFromEnv(getenv func(string) string) {
+	cfg.APIKey, cfg.OAuthToken, cfg.AuthToken = getenv(CredentialEnv[0]), getenv(CredentialEnv[1]), getenv(CredentialEnv[2])
+}
+
 // Cap reasons (Cap.Reason).
 const (
 	CapMaxCost      = "max_cost_usd"
@@ -39,6 +60,10 @@ type Config struct {
 	// OAuthToken is the worker's CLAUDE_CODE_OAUTH_TOKEN, sent as a bearer
 	// token (with the oauth beta Claude Code adds), when APIKey is empty.
 	OAuthToken string
+	// AuthToken is the worker's ANTHROPIC_AUTH_TOKEN (for an upstream that
+	// is itself a gateway), sent as a plain bearer token when both others
+	// are empty.
+	AuthToken string
 	// Prices prices each call; nil means DefaultPrices().
 	Prices Prices
 	// Publisher receives one Event per call the upstream answered. nil
@@ -179,8 +204,8 @@ func Start(cfg Config) (*Gateway, error) {
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return nil, fmt.Errorf("gateway: model upstream %q is not an http(s) URL", cfg.Upstream)
 	}
-	if cfg.APIKey == "" && cfg.OAuthToken == "" {
-		return nil, errors.New("gateway: no model credential (ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN)")
+	if cfg.APIKey == "" && cfg.OAuthToken == "" && cfg.AuthToken == "" {
+		return nil, errors.New("gateway: no model credential (ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_AUTH_TOKEN)")
 	}
 	if cfg.Prices == nil {
 		cfg.Prices = DefaultPrices()

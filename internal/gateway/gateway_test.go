@@ -601,3 +601,23 @@ func TestRateLimitReachesAdmissionAsALine(t *testing.T) {
 	_, ok = gateway.RateLimit{Tenant: "acme", Status: 529}.AdmissionLine()
 	require.False(t, ok, "an overloaded upstream pauses no tenant")
 }
+
+func TestCredentialsFromEnv(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"ANTHROPIC_AUTH_TOKEN": "sk-gw-token"}
+	var cfg gateway.Config
+	cfg.CredentialsFromEnv(func(k string) string { return env[k] })
+	require.Equal(t, "sk-gw-token", cfg.AuthToken)
+	require.Empty(t, cfg.APIKey)
+	for _, n := range []string{"ANTHROPIC_API_KEY", "claude_code_oauth_token", "ANTHROPIC_AUTH_TOKEN"} {
+		require.True(t, gateway.IsCredentialEnv(n), n)
+	}
+	require.False(t, gateway.IsCredentialEnv("ANTHROPIC_BASE_URL"))
+
+	b := setup(t, nil, func(c *gateway.Config) { c.APIKey, c.AuthToken = "", "sk-gw-token" })
+	token, _ := b.gw.Open(gateway.RunInfo{Tenant: "acme", QueryID: "q1", Attempt: 1})
+	readAll(t, b.post(t, t.Context(), "/v1/messages", token, messagesBody(true)))
+	h := b.fake.Requests()[0].Header
+	require.Equal(t, "Bearer sk-gw-token", h.Get("Authorization"))
+	require.NotContains(t, h.Get("Anthropic-Beta"), "oauth")
+}

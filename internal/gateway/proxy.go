@@ -108,13 +108,16 @@ func (g *Gateway) outbound(ctx context.Context, req *http.Request, body io.ReadC
 	for _, h := range []string{"X-Api-Key", "Authorization", "Accept-Encoding", "Host", "Forwarded", "X-Forwarded-For"} {
 		out.Header.Del(h)
 	}
-	if g.cfg.APIKey != "" {
+	switch {
+	case g.cfg.APIKey != "":
 		out.Header.Set("X-Api-Key", g.cfg.APIKey)
-	} else {
+	case g.cfg.OAuthToken != "":
 		out.Header.Set("Authorization", "Bearer "+g.cfg.OAuthToken)
 		if b := out.Header.Get("Anthropic-Beta"); !strings.Contains(b, oauthBeta) {
 			out.Header.Set("Anthropic-Beta", strings.TrimPrefix(b+","+oauthBeta, ","))
 		}
+	default:
+		out.Header.Set("Authorization", "Bearer "+g.cfg.AuthToken)
 	}
 	return out, nil
 }
