@@ -63,11 +63,11 @@
 //     from --agent-env's default and refuse them in it, and add
 //     IsCredentialEnv to the names procscrub.Scrub masks in main.go.
 //   - Per run (a one-shot attempt, or a session while it lives on this
-//     worker): token, url := gw.Open(RunInfo{…, FirstCall: LastCall(…).Call
-//   - 1, MaxCostUSD: *job.MaxCostUSD, TenantBudget: …, OnCap: cancel the
-//     run's context with a budget cause}); the agent's ProcSpec.Env gets
-//     ANTHROPIC_BASE_URL=url and ANTHROPIC_API_KEY=token; at the run's end
-//     (or the session's park) sum := gw.Close(token).
+//     worker): token, url := gw.Open(RunInfo{…, FirstCall:
+//     LastCall(…).Call+1, MaxCostUSD: *job.MaxCostUSD, TenantBudget: …,
+//     OnCap: cancel the run's context with a budget cause}); the agent's
+//     ProcSpec.Env gets ANTHROPIC_BASE_URL=url and ANTHROPIC_API_KEY=token;
+//     at the run's end (or the session's park) sum := gw.Close(token).
 //   - The terminal status: result.total_cost_usd = sum.CostUSD (plus the
 //     query's earlier spend for a session or retry); a run cancelled with
 //     the budget cause ends failed, error.code protocol.CodeBudget,
