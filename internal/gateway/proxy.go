@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -70,21 +71,33 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	_, _ = w.Write(b)
 }
 
-// prefixKeeper keeps the first sniffBytes of what is read through it.
+// prefixKeeper keeps the first sniffBytes of what is read through it. The
+// transport may still be reading the body when the answer has come, so
+// the prefix is guarded.
 type prefixKeeper struct {
 	r   io.ReadCloser
+	mu  sync.Mutex
 	buf []byte
 }
 
 func (p *prefixKeeper) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
+	p.mu.Lock()
 	if room := sniffBytes - len(p.buf); room > 0 {
 		p.buf = append(p.buf, b[:min(n, room)]...)
 	}
+	p.mu.Unlock()
 	return n, err
 }
 
 func (p *prefixKeeper) Close() error { return p.r.Close() }
+
+// model is the request's model, read from the prefix kept so far.
+func (p *prefixKeeper) model() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return sniffModel(p.buf)
+}
 
 // outbound builds the upstream request: same method, path, query and
 // headers, the agent's token replaced by the worker's credential.
@@ -189,7 +202,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, mete
 	}
 	broken := copyFlush(w, resp.Body, meter)
 	if metered {
-		c.model = sniffModel(body.buf)
+		c.model = body.model()
 		g.finish(r, c)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == 529 {
