@@ -621,3 +621,26 @@ func TestCredentialsFromEnv(t *testing.T) {
 	require.Equal(t, "Bearer sk-gw-token", h.Get("Authorization"))
 	require.NotContains(t, h.Get("Anthropic-Beta"), "oauth")
 }
+
+func TestAgentGoingMidStreamCancelsTheUpstream(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	b := setup(t, func(*anthropicfake.Request) anthropicfake.Reply {
+		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.Text("a"), anthropicfake.Text("b")},
+			Hold: hold, Usage: &anthropicfake.Usage{InputTokens: 700, OutputTokens: 10}}
+	})
+	token, _ := b.gw.Open(gateway.RunInfo{Tenant: "acme", QueryID: "q1", Attempt: 1})
+	ctx, cancel := context.WithCancel(t.Context())
+	resp := b.post(t, ctx, "/v1/messages", token, messagesBody(true))
+	got := make([]byte, 20)
+	_, err := io.ReadFull(resp.Body, got)
+	require.NoError(t, err)
+	cancel()
+	_ = resp.Body.Close()
+	// The upstream request ends with the agent's: the call is accounted
+	// with what the stream had reported, while the fake still holds.
+	ev := waitOrTimeout(t, b.events).ev
+	require.Equal(t, int64(700), ev.InputTokens)
+	require.Equal(t, 1, b.gw.Spent(token).Calls)
+}
