@@ -644,3 +644,56 @@ func TestAgentGoingMidStreamCancelsTheUpstream(t *testing.T) {
 	require.Equal(t, int64(700), ev.InputTokens)
 	require.Equal(t, 1, b.gw.Spent(token).Calls)
 }
+
+// TestAnswerMayStartBeforeTheRequestEnds: an upstream that answers while
+// the agent is still sending its body (the transport reads it to its end
+// after the answer began) gets the whole body, and the agent the whole
+// answer.
+func TestAnswerMayStartBeforeTheRequestEnds(t *testing.T) {
+	t.Parallel()
+	up := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: ping\ndata: {}\n\n")
+		w.(http.Flusher).Flush()
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		_, _ = io.WriteString(w, "event: got\ndata: "+string(b)+"\n\n")
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = up.Serve(ln) }()
+	t.Cleanup(func() { _ = up.Close(); <-served })
+
+	b := setup(t, nil, func(c *gateway.Config) { c.Upstream = "http://" + ln.Addr().String() })
+	token, _ := b.gw.Open(gateway.RunInfo{Tenant: "acme", QueryID: "q1", Attempt: 1})
+	part1, part2 := `{"model":"claude-haiku-5-5",`, `"stream":true}`
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.Close() })
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.gw.URL()+"/v1/messages", pr)
+	require.NoError(t, err)
+	req.ContentLength = int64(len(part1) + len(part2))
+	req.Header.Set("X-Api-Key", token)
+	go func() { _, _ = io.WriteString(pw, part1) }()
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := b.client.Do(req)
+		if err == nil {
+			got <- resp
+		}
+	}()
+	resp := waitOrTimeout(t, got)
+	defer func() { _ = resp.Body.Close() }()
+	first := make([]byte, len("event: ping\ndata: {}\n\n"))
+	_, err = io.ReadFull(resp.Body, first)
+	require.NoError(t, err)
+	_, err = io.WriteString(pw, part2)
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	rest, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "event: got\ndata: "+part1+part2+"\n\n", string(rest))
+}

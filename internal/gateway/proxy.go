@@ -164,6 +164,10 @@ type call struct {
 // its last byte has passed (or the stream broke).
 func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, metered bool) {
 	c := &call{start: time.Now()}
+	// The transport may still be reading the agent's body (to its EOF)
+	// when the answer starts: without full duplex the server would take
+	// and close that body at the first write, breaking the upstream call.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	stop := context.AfterFunc(r.ctx, cancel)
@@ -201,6 +205,9 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, mete
 		}
 	}
 	broken := copyFlush(w, resp.Body, meter)
+	if broken != nil && req.Context().Err() == nil && r.ctx.Err() == nil {
+		g.log.Warn().Err(broken).Str("query_id", r.info.QueryID).Msg("model upstream broke off mid-answer")
+	}
 	if metered {
 		c.model = body.model()
 		g.finish(r, c)
@@ -208,7 +215,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, mete
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == 529 {
 		g.rateLimited(r, resp)
 	}
-	if broken {
+	if broken != nil {
 		// The upstream broke off: break the agent's connection too, so it
 		// sees the stream fail rather than end.
 		panic(http.ErrAbortHandler)
@@ -216,9 +223,9 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, mete
 }
 
 // copyFlush copies src to w, flushing after every read, and feeds each
-// chunk to meter. broken is true when src failed (not at its end) while
-// the agent was still there.
-func copyFlush(w http.ResponseWriter, src io.Reader, meter io.Writer) (broken bool) {
+// chunk to meter. broken is src's error when it failed (not at its end)
+// while the agent was still there.
+func copyFlush(w http.ResponseWriter, src io.Reader, meter io.Writer) (broken error) {
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)
 	for {
@@ -226,17 +233,17 @@ func copyFlush(w http.ResponseWriter, src io.Reader, meter io.Writer) (broken bo
 		if n > 0 {
 			_, _ = meter.Write(buf[:n])
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return false
+				return nil
 			}
 			if ferr := rc.Flush(); ferr != nil {
-				return false
+				return nil
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			return false
+			return nil
 		}
 		if err != nil {
-			return true
+			return err
 		}
 	}
 }
