@@ -222,12 +222,17 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, mete
 	}
 }
 
+// bufPool holds copy buffers, so a call allocates none.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // copyFlush copies src to w, flushing after every read, and feeds each
 // chunk to meter. broken is src's error when it failed (not at its end)
 // while the agent was still there.
 func copyFlush(w http.ResponseWriter, src io.Reader, meter io.Writer) (broken error) {
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
