@@ -45,7 +45,7 @@ soak/short: ## the soak with 40 jobs (`make test` runs 24)
 
 bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
 	@log=$$(mktemp); \
-	if $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
+	if $(GO) test -run '^$$' -bench 'BenchmarkFleet|BenchmarkGatewayLatency' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
 		grep -E '^([a-z_0-9]+ [0-9.]+ [a-zA-Z/]+|# .*)$$' $$log; echo "(full output: $$log)"; \
 	else cat $$log; exit 1; fi
 

@@ -51,8 +51,25 @@ type Reply struct {
 	// Hold, when set, is waited for (or the request's end) after the first
 	// block has been streamed, so a test can act while a turn runs.
 	Hold <-chan struct{}
-	// Status, when not 0 or 200, answers with this HTTP error instead.
+	// Status, when not 0 or 200, answers with this HTTP error instead (an
+	// Anthropic-shaped error body whose type fits the status).
 	Status int
+	// Header is added to the response (e.g. retry-after on a 429).
+	Header map[string]string
+	// Usage, when set, is the usage the reply reports: in message_start
+	// (output_tokens 1) and, cumulative as the API does, in message_delta.
+	Usage *Usage
+	// Stall, when set, is waited for (or the request's end) before anything
+	// is written: an upstream that hangs before its headers.
+	Stall <-chan struct{}
+	// Drop, when set, breaks the connection after the first block has been
+	// streamed: an upstream that dies mid-stream.
+	Drop bool
+}
+
+// Usage is the token usage a reply reports.
+type Usage struct {
+	InputTokens, OutputTokens, CacheReadInputTokens, CacheCreationInputTokens int
 }
 
 // ReplyFunc scripts the answer to one conversation request.
@@ -68,6 +85,9 @@ type Request struct {
 	Messages []Message
 	// Tools are the names of the tools offered.
 	Tools []string
+	// Header is the request's header as the fake received it (the
+	// credential the caller sent is in x-api-key or Authorization).
+	Header http.Header
 }
 
 // Message is one message of a request.
@@ -233,7 +253,7 @@ func (s *Server) Conversation() []*Request {
 
 func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 	body, _ := io.ReadAll(hr.Body)
-	req := &Request{Path: hr.URL.Path}
+	req := &Request{Path: hr.URL.Path, Header: hr.Header.Clone()}
 	_ = json.Unmarshal(body, &req.Body)
 	var parsed struct {
 		Model    string `json:"model"`
@@ -278,11 +298,44 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 	} else {
 		rep = Reply{Blocks: []Block{Text("side request")}}
 	}
+	if rep.Stall != nil {
+		select {
+		case <-rep.Stall:
+		case <-hr.Context().Done():
+			return
+		}
+	}
+	for k, v := range rep.Header {
+		w.Header().Set(k, v)
+	}
 	if rep.Status != 0 && rep.Status != http.StatusOK {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(rep.Status)
-		_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": "scripted error"}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": errorType(rep.Status), "message": "scripted error"}})
 		return
+	}
+	s.answer(w, hr, req, rep)
+}
+
+// errorType is the Anthropic error type of an HTTP status.
+func errorType(status int) string {
+	switch status {
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
+	case http.StatusPaymentRequired:
+		return "billing_error"
+	case http.StatusBadRequest:
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
+
+func (s *Server) answer(w http.ResponseWriter, hr *http.Request, req *Request, rep Reply) {
+	u := Usage{InputTokens: 10, OutputTokens: 5}
+	if rep.Usage != nil {
+		u = *rep.Usage
 	}
 	msgID := fmt.Sprintf("msg_fake_%d", s.ids.Add(1))
 	model := cmp.Or(req.Model, "claude-fake")
@@ -291,7 +344,8 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 		writeJSON(w, map[string]any{
 			"id": msgID, "type": "message", "role": "assistant", "model": model,
 			"content": blocks, "stop_reason": stop, "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": 10, "output_tokens": 5},
+			"usage": map[string]any{"input_tokens": u.InputTokens, "output_tokens": u.OutputTokens,
+				"cache_read_input_tokens": u.CacheReadInputTokens, "cache_creation_input_tokens": u.CacheCreationInputTokens},
 		})
 		return
 	}
@@ -309,7 +363,8 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 	ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": msgID, "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+		"usage": map[string]any{"input_tokens": u.InputTokens, "output_tokens": 1,
+			"cache_creation_input_tokens": u.CacheCreationInputTokens, "cache_read_input_tokens": u.CacheReadInputTokens},
 	}})
 	for i, b := range blocks {
 		switch b["type"] {
@@ -326,6 +381,9 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 				"delta": map[string]any{"type": "input_json_delta", "partial_json": string(in)}})
 		}
 		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
+		if i == 0 && rep.Drop {
+			panic(http.ErrAbortHandler)
+		}
 		if i == 0 && rep.Hold != nil {
 			select {
 			case <-rep.Hold:
@@ -336,7 +394,8 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 	}
 	ev("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
-		"usage": map[string]any{"output_tokens": 5}})
+		"usage": map[string]any{"output_tokens": u.OutputTokens, "input_tokens": u.InputTokens,
+			"cache_creation_input_tokens": u.CacheCreationInputTokens, "cache_read_input_tokens": u.CacheReadInputTokens}})
 	ev("message_stop", map[string]any{"type": "message_stop"})
 }
 

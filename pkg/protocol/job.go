@@ -30,6 +30,9 @@ type Job struct {
 	Workspace *Workspace `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
 	// Session makes the job a multi-turn session (SPEC 9); see session.go.
 	Session *Session `json:"session,omitempty" msgpack:"session,omitempty"`
+	// MaxCostUSD, if set, caps the run's metered model spend; the model
+	// gateway enforces it outside the agent (SPEC 13).
+	MaxCostUSD *float64 `json:"max_cost_usd,omitempty" msgpack:"max_cost_usd,omitempty"`
 }
 
 // Options tune one agent run. Every field is optional; nil pointers mean "not set".

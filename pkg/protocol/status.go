@@ -42,6 +42,7 @@ const (
 	CodeMaxDeliveries      = "max_deliveries"      // the job was redelivered too often (dead letter)
 	CodeNotFound           = "not_found"           // API: no such query
 	CodeInternal           = "internal"            // anything else
+	CodeBudget             = "budget"              // the model gateway stopped the run at a spend cap (SPEC 13)
 )
 
 // ErrorInfo is the error object of status events and API replies.

@@ -86,7 +86,11 @@ func (n Names) QueryCtl(tenant, id string) string { return n.query(tenant, id) +
 // QueryArtifact is the subject of a workspace job's artifact manifest (SPEC 8).
 func (n Names) QueryArtifact(tenant, id string) string { return n.query(tenant, id) + ".artifact" }
 
-// QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact).
+// QueryModel is the subject of a query's model calls, one JSON object per
+// call the model gateway forwarded (SPEC 13).
+func (n Names) QueryModel(tenant, id string) string { return n.query(tenant, id) + ".model" }
+
+// QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact, .model).
 func (n Names) QueryAll(tenant, id string) string { return n.query(tenant, id) + ".>" }
 
 // QueriesWildcard matches every per-query subject: <prefix>.query.>.

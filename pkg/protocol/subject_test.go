@@ -30,6 +30,7 @@ func TestNames(t *testing.T) {
 		{"QueryMsg", def.QueryMsg("acme", "q1"), "fleet.query.acme.q1.msg"},
 		{"QueryStatus", def.QueryStatus("acme", "q1"), "fleet.query.acme.q1.status"},
 		{"QueryCtl", def.QueryCtl("acme", "q1"), "fleet.query.acme.q1.ctl"},
+		{"QueryModel", def.QueryModel("acme", "q1"), "fleet.query.acme.q1.model"},
 		{"QueryAll", def.QueryAll("acme", "q1"), "fleet.query.acme.q1.>"},
 		{"QueriesWildcard", def.QueriesWildcard(), "fleet.query.>"},
 		{"StatusWildcard", def.StatusWildcard(), "fleet.query.*.*.status"},

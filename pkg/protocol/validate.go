@@ -64,7 +64,7 @@ func ValidID(s string) bool { return idRE.MatchString(s) }
 // subjectTenant (or DefaultTenant) when empty. Errors are *ValidationError.
 //
 // The first broken rule is reported, in this order: id, tenant, prompt,
-// sandbox, options (field by field), metadata, workspace. Map entries are checked in
+// sandbox, options (field by field), max_cost_usd, session, metadata, workspace. Map entries are checked in
 // sorted key order so the error is deterministic. The operator's env
 // allow-list is not checked here: the worker enforces it.
 func (j *Job) Validate(subjectTenant string, requireID bool) error {
@@ -84,6 +84,9 @@ func (j *Job) Validate(subjectTenant string, requireID bool) error {
 	}
 	if err := j.Options.validate(); err != nil {
 		return err
+	}
+	if c := j.MaxCostUSD; c != nil && (math.IsNaN(*c) || math.IsInf(*c, 0) || *c <= 0 || *c > MaxBudgetUSDLimit) {
+		return invalid("max_cost_usd", fmt.Sprintf("must be a finite number above 0 and at most %g, got %g", MaxBudgetUSDLimit, *c))
 	}
 	if err := j.Session.validate(); err != nil {
 		return err

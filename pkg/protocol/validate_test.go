@@ -104,6 +104,13 @@ func TestValidate(t *testing.T) {
 		{name: "budget at limit", mutate: func(j *Job) { j.Options.MaxBudgetUSD = ptr(10000.0) }},
 		{name: "budget over limit", mutate: func(j *Job) { j.Options.MaxBudgetUSD = ptr(10000.01) }, wantField: "options.max_budget_usd"},
 
+		{name: "max_cost_usd set", mutate: func(j *Job) { j.MaxCostUSD = ptr(0.5) }},
+		{name: "max_cost_usd negative", mutate: func(j *Job) { j.MaxCostUSD = ptr(-1.0) }, wantField: "max_cost_usd"},
+		{name: "max_cost_usd zero", mutate: func(j *Job) { j.MaxCostUSD = ptr(0.0) }, wantField: "max_cost_usd"},
+		{name: "max_cost_usd NaN", mutate: func(j *Job) { j.MaxCostUSD = ptr(math.NaN()) }, wantField: "max_cost_usd"},
+		{name: "max_cost_usd infinite", mutate: func(j *Job) { j.MaxCostUSD = ptr(math.Inf(1)) }, wantField: "max_cost_usd"},
+		{name: "max_cost_usd over limit", mutate: func(j *Job) { j.MaxCostUSD = ptr(10000.01) }, wantField: "max_cost_usd"},
+
 		{name: "permission mode plan", mutate: func(j *Job) { j.Options.PermissionMode = "plan" }},
 		{name: "permission mode unknown", mutate: func(j *Job) { j.Options.PermissionMode = "yolo" }, wantField: "options.permission_mode"},
 
