@@ -86,6 +86,9 @@ func (n Names) QueryCtl(tenant, id string) string { return n.query(tenant, id) +
 // QueryArtifact is the subject of a workspace job's artifact manifest (SPEC 8).
 func (n Names) QueryArtifact(tenant, id string) string { return n.query(tenant, id) + ".artifact" }
 
+// QuerySetup carries a job's setup script output, one message per line (SPEC 15).
+func (n Names) QuerySetup(tenant, id string) string { return n.query(tenant, id) + ".setup" }
+
 // QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact).
 func (n Names) QueryAll(tenant, id string) string { return n.query(tenant, id) + ".>" }
 

@@ -85,6 +85,9 @@ func (j *Job) Validate(subjectTenant string, requireID bool) error {
 	if err := j.Options.validate(); err != nil {
 		return err
 	}
+	if err := validateSetup(j.Setup); err != nil {
+		return err
+	}
 	if err := j.Session.validate(); err != nil {
 		return err
 	}

@@ -56,6 +56,8 @@ func ProfileOf(job *protocol.Job, pl Placement) (p Profile, cold string) {
 		return Profile{}, "a resumed session restores its files before the agent starts"
 	case job.Workspace != nil:
 		return Profile{}, "the agent reads its checkout (CLAUDE.md, settings) while it starts"
+	case job.Setup != "":
+		return Profile{}, "the setup script runs before the agent starts"
 	}
 	p = Profile{
 		Sandbox: pl.Sandbox, Network: pl.Network, MCP: pl.MCP,

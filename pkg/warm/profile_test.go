@@ -70,6 +70,7 @@ func TestJobsThatMustStartColdSayWhy(t *testing.T) {
 	for name, j := range map[string]*protocol.Job{
 		"resume":       {ID: "q", Prompt: "p", Options: protocol.Options{Resume: "q0"}},
 		"continuation": {ID: "q", Prompt: "p", Session: &protocol.Session{Continuation: true}},
+		"setup":        {ID: "q", Prompt: "p", Setup: "make deps"},
 		"workspace":    {ID: "q", Prompt: "p", Workspace: &protocol.Workspace{Repo: "https://example.com/r.git"}},
 	} {
 		_, cold := warm.ProfileOf(j, warm.Placement{})
