@@ -24,7 +24,9 @@
 // An agent handed out by Take is the taker's: the pool forgets it and
 // starts another in the background. It is never handed out twice. The
 // taker ends it with [Agent.Close] (or lets it exit), which also releases
-// its sandbox.
+// its sandbox. The replacement starts Config.RefillDelay after the Take,
+// so its start does not compete for CPU with the taken agent's first
+// answer.
 //
 // # What is bound at Take (the contract of the spawn hook)
 //

@@ -18,6 +18,7 @@ const (
 	DefaultMaxProfiles  = 8
 	DefaultSpawnTimeout = 2 * time.Minute
 	DefaultStopGrace    = 5 * time.Second
+	DefaultRefillDelay  = time.Second
 	maxBackoff          = time.Minute
 )
 
@@ -44,6 +45,10 @@ type Config struct {
 	// Backoff is the first wait after a failed spawn (doubling up to a
 	// minute); default one second.
 	Backoff time.Duration
+	// RefillDelay is how long after a Take the replacement starts, so its
+	// start (about a second of CPU for Claude Code) does not compete with
+	// the taken agent's first answer; default DefaultRefillDelay.
+	RefillDelay time.Duration
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
@@ -102,6 +107,7 @@ func New(cfg Config) (*Pool, error) {
 	cfg.SpawnTimeout = cmp.Or(cfg.SpawnTimeout, DefaultSpawnTimeout)
 	cfg.StopGrace = cmp.Or(cfg.StopGrace, DefaultStopGrace)
 	cfg.Backoff = cmp.Or(cfg.Backoff, time.Second)
+	cfg.RefillDelay = cmp.Or(cfg.RefillDelay, DefaultRefillDelay)
 	p := &Pool{cfg: cfg, profiles: map[Profile]*entry{}}
 	p.Base.Name = "warm pool"
 	p.log = zerolog.Nop()
@@ -170,7 +176,7 @@ func (p *Pool) Take(pr Profile) (a *Agent, ok bool) {
 	a = e.ready[0]
 	e.ready = e.ready[1:]
 	a.unwatch()
-	p.fill(pr, e)
+	p.fill(pr, e, p.cfg.RefillDelay)
 	return a, true
 }
 
@@ -197,7 +203,7 @@ func (p *Pool) want(pr Profile) *entry {
 		p.profiles[pr] = e
 	}
 	e.used = p.tick
-	p.fill(pr, e)
+	p.fill(pr, e, 0)
 	return e
 }
 
@@ -215,13 +221,13 @@ func (p *Pool) evictOldest() {
 	oe.ready = nil
 }
 
-// fill starts spawns until ready plus spawning reach N. mu held.
-func (p *Pool) fill(pr Profile, e *entry) {
+// fill starts spawns, after delay at least, until ready plus spawning
+// reach N. mu held.
+func (p *Pool) fill(pr Profile, e *entry, delay time.Duration) {
 	for len(e.ready)+e.spawning < p.cfg.N {
 		e.spawning++
-		delay := time.Duration(0)
 		if e.failures > 0 {
-			delay = min(p.cfg.Backoff<<min(e.failures-1, 16), maxBackoff)
+			delay = max(delay, min(p.cfg.Backoff<<min(e.failures-1, 16), maxBackoff))
 		}
 		p.wg.Go(func() { p.spawn(pr, e, delay) })
 	}
@@ -247,7 +253,7 @@ func (p *Pool) spawn(pr Profile, e *entry, delay time.Duration) {
 			e.failures++
 			p.log.Warn().Err(err).Int("failures", e.failures).Msg("a warm agent could not be started; retrying")
 			p.emit(Event{Kind: EventSpawnFailed, Profile: pr, Err: err})
-			p.fill(pr, e)
+			p.fill(pr, e, 0)
 		}
 	case !live:
 		p.stopLater([]*Agent{a})
@@ -325,7 +331,7 @@ func (p *Pool) watch(pr Profile, e *entry, a *Agent) {
 		p.emit(Event{Kind: EventDied, Profile: pr})
 		p.stopLater([]*Agent{a})
 		if p.profiles[pr] == e && p.ctx.Err() == nil {
-			p.fill(pr, e)
+			p.fill(pr, e, 0)
 		}
 	})
 }
