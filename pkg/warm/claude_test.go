@@ -2,6 +2,10 @@ package warm_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +71,35 @@ func TestIdleWarmAgentsCostNoCPU(t *testing.T) {
 	// measured here uses about 0.3 ticks a second (its runtime's timers).
 	require.LessOrEqual(t, t1-t0, int64(n*5), "idle warm agents used CPU: %d ticks in 5 s", t1-t0)
 	require.Empty(t, fake.Conversation(), "no model call while idle")
+}
+
+// Why jobs with a workspace start cold: the CLI reads its working
+// directory's CLAUDE.md while it starts, and not again at its first
+// input, so a checkout made after a warm agent started would go unseen.
+// If a later CLI reads it at its first input, this test fails, and warm
+// agents could serve workspace jobs (checkout after Take).
+func TestTheCLIReadsItsCheckoutOnlyWhileItStarts(t *testing.T) {
+	fake := anthropicfake.New(t, nil)
+	s := claudeSpawner(t, fake)
+	var dir string
+	s.prepare = func(d string) {
+		dir = d
+		require.NoError(t, os.WriteFile(filepath.Join(d, "CLAUDE.md"), []byte("MARKER-BEFORE-START\n"), 0o644))
+	}
+	pool, events := newPool(t, warm.Config{N: 1, Spawn: s.spawn, Profiles: []warm.Profile{plain}, Handshake: true})
+	await(t, events, warm.EventReady, 1)
+	a, ok := pool.Take(plain)
+	require.True(t, ok)
+	defer func() { require.NoError(t, a.Close(context.Background())) }()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "CLAUDE.md"), []byte("MARKER-AFTER-START\n"), 0o644))
+	require.NoError(t, a.Begin(t.Context(), warm.Run{Tenant: "acme", ID: "q"}, "hi", true))
+	readUntilResult(t, a)
+	var bodies strings.Builder
+	for _, r := range fake.Conversation() {
+		b, err := json.Marshal(r.Body)
+		require.NoError(t, err)
+		bodies.Write(b)
+	}
+	require.Contains(t, bodies.String(), "MARKER-BEFORE-START", "the CLAUDE.md present at start reached the model")
+	require.NotContains(t, bodies.String(), "MARKER-AFTER-START", "the CLAUDE.md written after start did not")
 }

@@ -36,6 +36,9 @@ type spawner struct {
 	tokens   map[string]string // token minted at spawn -> run id bound at Begin ("" until bound)
 	released int
 	fail     int // the next fail spawns fail
+	// prepare, if set, runs on a sandbox's working directory before the
+	// agent starts in it.
+	prepare func(dir string)
 }
 
 func newSpawner(t *testing.T, command []string, env map[string]string) *spawner {
@@ -56,6 +59,9 @@ func (s *spawner) spawn(ctx context.Context, p warm.Profile) (warm.Spawned, erro
 	sb, err := s.local.Create(ctx, sandbox.Spec{ID: "warm-" + strconv.FormatInt(n, 10)})
 	if err != nil {
 		return warm.Spawned{}, err
+	}
+	if s.prepare != nil {
+		s.prepare(sb.(sandbox.HostWorkDir).HostWorkDir())
 	}
 	token := "unbound-token-" + strconv.FormatInt(n, 10)
 	env := p.EnvMap()
