@@ -138,13 +138,13 @@ func setupRestore(t testing.TB, files, rounds int) setupFigures {
 	var fig setupFigures
 	for range rounds {
 		sb, wd := checkout()
-		before, err := envcache.TakeSnapshot(ctx, wd)
+		before, err := envcache.TakeSnapshot(ctx, sb)
 		require.NoError(t, err)
 		t0 := time.Now()
 		require.NoError(t, envcache.RunSetup(ctx, sb, "", script, func(string) {}))
 		run = append(run, time.Since(t0))
 		t1 := time.Now()
-		after, err := envcache.TakeSnapshot(ctx, wd)
+		after, err := envcache.TakeSnapshot(ctx, sb)
 		require.NoError(t, err)
 		key, err := envcache.Key(src, script, wd)
 		require.NoError(t, err)

@@ -76,10 +76,10 @@ func (f *fixture) setup(t *testing.T, script string) (key, wd string, lines []st
 	sb, wd := f.checkout(t)
 	key, err := envcache.Key(f.repo, script, wd)
 	require.NoError(t, err)
-	before, err := envcache.TakeSnapshot(ctx, wd)
+	before, err := envcache.TakeSnapshot(ctx, sb)
 	require.NoError(t, err)
 	require.NoError(t, envcache.RunSetup(ctx, sb, "", script, func(l string) { lines = append(lines, l) }))
-	after, err := envcache.TakeSnapshot(ctx, wd)
+	after, err := envcache.TakeSnapshot(ctx, sb)
 	require.NoError(t, err)
 	_, err = f.cache.Save(ctx, key, wd, envcache.Changed(before, after))
 	require.NoError(t, err)
@@ -226,4 +226,21 @@ func TestTheCacheIsBounded(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "broken"), []byte("in the way, as a full disk would be"), 0o600))
 	_, err = broken.Save(t.Context(), k1, wd, []string{"big.bin"})
 	require.Error(t, err)
+}
+
+// A setup may rewrite the checkout's .git/config; the snapshot after it
+// runs no command that config names (it runs git hardened, inside the
+// sandbox).
+func TestTheSnapshotRunsNoCommandTheSetupConfigured(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 0)
+	sb, wd := f.checkout(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	script := "git config core.fsmonitor 'touch " + marker + "; false'\ngit config core.hooksPath .hooks\necho x > new.txt\n"
+	require.NoError(t, envcache.RunSetup(t.Context(), sb, "", script, func(string) {}))
+	snap, err := envcache.TakeSnapshot(t.Context(), sb)
+	require.NoError(t, err)
+	require.Contains(t, snap, "new.txt")
+	require.NoFileExists(t, marker, "the fsmonitor command the setup configured did not run")
+	_ = wd
 }

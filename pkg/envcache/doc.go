@@ -17,10 +17,11 @@
 // # What is saved
 //
 // The files the setup left in the checkout: new, modified, untracked and
-// ignored ones. [Snapshot] before and after the setup (git status
-// --porcelain -z --ignored --untracked-files=all, with each file's size
-// and modification time) and [Changed] give them; a caller that knows
-// them may pass its own list. Regular files, symbolic links and empty
+// ignored ones. [TakeSnapshot] before and after the setup (git status
+// --porcelain -z --ignored --untracked-files=all, run hardened inside the
+// sandbox since the setup may have rewritten .git/config, with each
+// file's size and modification time) and [Changed] give them; a caller
+// that knows them may pass its own list. Regular files, symbolic links and empty
 // directories are kept with their modes; files the setup deleted are not
 // recorded.
 //
