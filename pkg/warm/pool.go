@@ -36,7 +36,7 @@ type Config struct {
 	// MaxProfiles bounds the profiles kept warm; default DefaultMaxProfiles.
 	MaxProfiles int
 	// Handshake sends Claude Code's initialize request and lists an agent
-	// only once it answered (the stand-in does not speak it).
+	// only once it answered (the stand-in answers it too). Recommended.
 	Handshake bool
 	// SpawnTimeout bounds one spawn, handshake included.
 	SpawnTimeout time.Duration

@@ -34,7 +34,7 @@ var plain = func() warm.Profile {
 func TestTakeHandsOutAWaitingAgentThatAnswersThePrompt(t *testing.T) {
 	t.Parallel()
 	s := newSpawner(t, standinCommand(t), nil)
-	pool, events := newPool(t, warm.Config{N: 2, Spawn: s.spawn, Profiles: []warm.Profile{plain}})
+	pool, events := newPool(t, warm.Config{N: 2, Spawn: s.spawn, Profiles: []warm.Profile{plain}, Handshake: true})
 	await(t, events, warm.EventReady, 2)
 	require.Equal(t, 2, pool.Ready(plain))
 
