@@ -12,3 +12,7 @@ func validateSetup(s string) error {
 	}
 	return checkString("setup", s, MaxSetupBytes)
 }
+
+// CodeSetup is error.code of a run whose setup script failed or did not
+// finish (SPEC 15); the agent never started.
+const CodeSetup = "setup"
