@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -298,15 +299,13 @@ func (p *Pool) start(pr Profile) (*Agent, error) {
 			a.stdout = ans.r
 			return a, nil
 		}
-		err = ans.err
+		return nil, errors.Join(ans.err, a.Close(context.Background()))
 	case <-ctx.Done():
-		err = context.Cause(ctx)
+		err = fmt.Errorf("warm: the agent did not answer its handshake: %w", context.Cause(ctx))
 	}
 	// Stopping the process ends the handshake's read.
 	cerr := a.Close(context.Background())
-	if ans, ok := <-ch; ok && ans.err == nil {
-		err = errors.Join(err, errors.New("warm: the handshake answered too late"))
-	}
+	<-ch
 	return nil, errors.Join(err, cerr)
 }
 

@@ -151,3 +151,30 @@ func TestTakeKeepsNewProfilesWarmWithinBounds(t *testing.T) {
 	require.True(t, strings.Contains(strings.Join(other.Argv([]string{"c"}), " "), "--permission-mode plan"))
 	require.NoError(t, a.Close(t.Context()))
 }
+
+// An agent that never answers the handshake is stopped when its spawn
+// times out, and counts as a failed spawn (retried); nothing is listed.
+func TestAnAgentThatNeverAnswersIsNotListed(t *testing.T) {
+	t.Parallel()
+	s := newSpawner(t, []string{"sh", "-c", "exec sleep 3600", "mute"}, nil)
+	pool, events := newPool(t, warm.Config{N: 1, Spawn: s.spawn, Profiles: []warm.Profile{plain},
+		Handshake: true, SpawnTimeout: 300 * time.Millisecond, Backoff: time.Millisecond})
+	for n := 0; n < 2; {
+		select {
+		case ev := <-events:
+			require.NotEqual(t, warm.EventReady, ev.Kind)
+			if ev.Kind == warm.EventSpawnFailed {
+				require.ErrorContains(t, ev.Err, "did not answer its handshake")
+				n++
+			}
+		case <-time.After(guard):
+			t.Fatal("no failed spawns")
+		}
+	}
+	require.Equal(t, 0, pool.Ready(plain))
+	ctx, cancel := context.WithTimeout(t.Context(), guard)
+	defer cancel()
+	first := s.processes()[0]
+	_, err := first.Wait(ctx)
+	require.NoError(t, err, "the mute agent was stopped")
+}
