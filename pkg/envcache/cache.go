@@ -173,7 +173,18 @@ func collect(workdir string, paths []string) ([]item, error) {
 		if err := checkRel(p, 4096); err != nil {
 			return nil, fmt.Errorf("path %q: %w", clip(p), err)
 		}
-		err := fs.WalkDir(root.FS(), p, func(q string, d fs.DirEntry, err error) error {
+		fi, err := root.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() { // a file, or a link kept as a link wherever it points
+			add(p, fi)
+			continue
+		}
+		err = fs.WalkDir(root.FS(), p, func(q string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}

@@ -29,6 +29,7 @@ mkdir -p node_modules/left-pad/lib
 for i in 1 2 3; do echo "module $i" > node_modules/left-pad/lib/m$i.js; done
 printf '#!/bin/sh\necho hi\n' > node_modules/.bin-run && chmod 755 node_modules/.bin-run
 ln -s left-pad/lib/m1.js node_modules/main.js
+ln -s /usr/bin/env node_modules/env
 echo built > out.txt
 echo changed >> README
 echo done >&2
@@ -114,6 +115,9 @@ func TestRestorePutsBackWhatTheSetupLeft(t *testing.T) {
 	target, err := os.Readlink(filepath.Join(wd, "node_modules/main.js"))
 	require.NoError(t, err)
 	require.Equal(t, "left-pad/lib/m1.js", target)
+	target, err = os.Readlink(filepath.Join(wd, "node_modules/env"))
+	require.NoError(t, err)
+	require.Equal(t, "/usr/bin/env", target, "a link out of the checkout is kept as a link, not followed")
 	fi, err := os.Stat(filepath.Join(wd, "node_modules/.bin-run"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
