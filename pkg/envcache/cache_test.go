@@ -248,3 +248,37 @@ func TestTheSnapshotRunsNoCommandTheSetupConfigured(t *testing.T) {
 	require.NoFileExists(t, marker, "the fsmonitor command the setup configured did not run")
 	_ = wd
 }
+
+// Jobs saving the same environment at once: each Save succeeds, one
+// entry stays, and it restores.
+func TestConcurrentSavesOfOneKey(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 0)
+	key, wd, _ := f.setup(t, setupScript)
+	require.NoError(t, os.RemoveAll(filepath.Join(f.dir, "envs", key)))
+	paths := []string{"node_modules", "out.txt", "README"}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := f.cache.Save(context.Background(), key, wd, paths)
+			errs <- err
+		}()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	entries, err := os.ReadDir(filepath.Join(f.dir, "envs"))
+	require.NoError(t, err)
+	dirs := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs++
+		}
+	}
+	require.Equal(t, 1, dirs, "one entry, no temporary directories left")
+	_, wd2 := f.checkout(t)
+	res, err := f.cache.Restore(t.Context(), key, wd2)
+	require.NoError(t, err)
+	require.True(t, res.Hit)
+	require.Equal(t, "built\n", read(t, filepath.Join(wd2, "out.txt")))
+}
