@@ -25,6 +25,7 @@ type Job struct {
 	Tenant   string            `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 	Sandbox  string            `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
 	Options  Options           `json:"options" msgpack:"options"`
+	Setup    string            `json:"setup,omitempty" msgpack:"setup,omitempty"` // SPEC 15; see setup.go
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
 	// Workspace, if set, runs the agent in a checkout of a git repository (SPEC 8).
 	Workspace *Workspace `json:"workspace,omitempty" msgpack:"workspace,omitempty"`

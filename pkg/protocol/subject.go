@@ -90,7 +90,10 @@ func (n Names) QueryArtifact(tenant, id string) string { return n.query(tenant, 
 // call the model gateway forwarded (SPEC 13).
 func (n Names) QueryModel(tenant, id string) string { return n.query(tenant, id) + ".model" }
 
-// QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact, .model).
+// QuerySetup carries a job's setup script output, one message per line (SPEC 15).
+func (n Names) QuerySetup(tenant, id string) string { return n.query(tenant, id) + ".setup" }
+
+// QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact, .model, .setup, .egress).
 func (n Names) QueryAll(tenant, id string) string { return n.query(tenant, id) + ".>" }
 
 // QueriesWildcard matches every per-query subject: <prefix>.query.>.

@@ -88,6 +88,9 @@ func (j *Job) Validate(subjectTenant string, requireID bool) error {
 	if c := j.MaxCostUSD; c != nil && (math.IsNaN(*c) || math.IsInf(*c, 0) || *c <= 0 || *c > MaxBudgetUSDLimit) {
 		return invalid("max_cost_usd", fmt.Sprintf("must be a finite number above 0 and at most %g, got %g", MaxBudgetUSDLimit, *c))
 	}
+	if err := validateSetup(j.Setup); err != nil {
+		return err
+	}
 	if err := j.Session.validate(); err != nil {
 		return err
 	}
