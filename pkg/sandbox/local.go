@@ -76,12 +76,39 @@ type LocalConfig struct {
 	// marker). ContainCgroup fails NewLocal where cgroups cannot be used.
 	// See the package documentation. Defaults to ContainAuto.
 	Containment string
+
+	// Isolation is IsolationNone (a plain child process) or
+	// IsolationContained (bubblewrap namespaces, SPEC 14; NewLocal fails
+	// with CheckContained's reason where they cannot be made). Defaults to
+	// IsolationNone.
+	Isolation string
+
+	// AgentUID is the uid (and gid) of a contained agent, inside and, for a
+	// root worker, on the host: what it writes is owned by it. Never 0.
+	// Defaults to DefaultAgentUID.
+	AgentUID int
+
+	// ReadOnlyPaths are host paths bound read-only at the same place in a
+	// contained sandbox, beyond the system's directories and the directory
+	// of the program each process runs: an agent's install tree.
+	ReadOnlyPaths []string
+
+	// TmpBytes is the size of a contained sandbox's private /tmp (a
+	// tmpfs). Defaults to 256 MiB.
+	TmpBytes int64
+
+	// DefaultLimits fill a ProcSpec's zero Limits; MaxLimits cap them (zero
+	// fields: no cap). Contained processes only.
+	DefaultLimits, MaxLimits Limits
 }
 
 func (c LocalConfig) withDefaults() LocalConfig {
 	c.KillGrace = cmp.Or(c.KillGrace, 5*time.Second)
 	c.WaitDelay = cmp.Or(c.WaitDelay, 2*time.Second)
 	c.Containment = cmp.Or(c.Containment, ContainAuto)
+	c.Isolation = cmp.Or(c.Isolation, IsolationNone)
+	c.AgentUID = cmp.Or(c.AgentUID, DefaultAgentUID)
+	c.TmpBytes = cmp.Or(c.TmpBytes, 256<<20)
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -104,6 +131,23 @@ func (c LocalConfig) validate() error {
 	default:
 		return Invalidf("LocalConfig.Containment %q must be one of %q, %q, %q, %q",
 			c.Containment, ContainAuto, ContainCgroup, ContainEnviron, ContainGroup)
+	}
+	if c.Isolation != IsolationNone && c.Isolation != IsolationContained {
+		return Invalidf("LocalConfig.Isolation %q must be %q or %q", c.Isolation, IsolationContained, IsolationNone)
+	}
+	if c.AgentUID <= 0 || c.AgentUID > 1<<31-2 {
+		return Invalidf("LocalConfig.AgentUID %d must be a positive uid (never 0)", c.AgentUID)
+	}
+	if c.TmpBytes < 0 {
+		return Invalidf("LocalConfig.TmpBytes must not be negative")
+	}
+	for i, p := range c.ReadOnlyPaths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return Invalidf("LocalConfig.ReadOnlyPaths[%d] %q must be a clean absolute path below /", i, p)
+		}
+	}
+	if _, err := c.DefaultLimits.resolve(Limits{}, c.MaxLimits); err != nil {
+		return fmt.Errorf("LocalConfig.DefaultLimits: %w", err)
 	}
 	for i, name := range c.EnvAllow {
 		if err := checkEnvName(name); err != nil {
@@ -137,7 +181,13 @@ type Local struct {
 	sandboxes map[string]*localSandbox // live (not destroyed) sandboxes by ID
 
 	pool *dirPool // recycled sandbox trees and the trash (localpool.go)
+
+	bwrap  string // IsolationContained: bwrap's path
+	etcDir string // IsolationContained: the /etc files every sandbox sees
 }
+
+// Contained reports whether Local runs processes under IsolationContained.
+func (l *Local) Contained() bool { return l.bwrap != "" }
 
 var _ Provider = (*Local)(nil)
 
@@ -175,6 +225,11 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		log:       cfg.Logger.With().Str("component", "sandbox").Str("provider", "local").Logger(),
 		contain:   contain,
 		sandboxes: make(map[string]*localSandbox),
+	}
+	if cfg.Isolation == IsolationContained {
+		if err := l.initContained(); err != nil {
+			return nil, fmt.Errorf("sandbox: new local provider: %w", err)
+		}
 	}
 	if why != "" {
 		l.log.Info().Str("containment", contain.mode()).Str("cgroup_unavailable", why).
@@ -253,6 +308,9 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 				break
 			}
 		}
+	}
+	if err := s.ownTree(); err != nil {
+		return nil, fmt.Errorf("sandbox: create %s: give the agent uid its directories: %w", spec.ID, err)
 	}
 	s.readyAt = time.Now()
 	root, err := os.OpenRoot(s.work)

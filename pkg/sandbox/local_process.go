@@ -20,7 +20,8 @@ import (
 type localProcess struct {
 	id, sandbox string
 	cmd         *exec.Cmd
-	run         containedRun // what else the process started, however detached
+	run         containedRun    // what else the process started, however detached
+	ct          *containedStart // IsolationContained: the bwrap launch; nil otherwise
 	containMode string
 	pid         int // also the process group ID
 	log         zerolog.Logger
@@ -111,6 +112,7 @@ func (p *localProcess) waitLoop() {
 			Msg("killed processes the run left behind outside its process group")
 	}
 	p.run.release()
+	p.ct.stop()
 	p.leaderGone.Store(true)
 	deadline := time.Now().Add(p.waitDelay)
 	_ = p.stdout.f.SetReadDeadline(deadline)
@@ -141,6 +143,13 @@ func (p *localProcess) signalGroup(sig syscall.Signal) bool {
 	defer p.mu.Unlock()
 	if p.exited {
 		return false
+	}
+	if p.ct != nil && sig != syscall.SIGKILL {
+		// bwrap passes no signal on: send it to the program's own group
+		// inside (SIGKILL to bwrap ends the whole sandbox instead).
+		if p.ct.signalAgent(sig) {
+			return true
+		}
 	}
 	_ = syscall.Kill(-p.pid, sig)
 	return true

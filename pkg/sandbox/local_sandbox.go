@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -232,13 +233,33 @@ func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]str
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w: %v", spec.ID, s.id, ErrUnavailable, err)
 	}
+	var ct *containedStart
+	if s.l.Contained() {
+		if ct, err = s.prepareContained(spec, path, cwd, env); err != nil {
+			pp.closeParent()
+			pp.closeChild()
+			return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w", spec.ID, s.id, err)
+		}
+	}
 	run, err := s.l.contain.newRun(s.id, spec.ID)
+	if err == nil {
+		err = applyLimits(run, s.l.cfg, spec.Limits, ct != nil)
+	}
 	if err != nil {
 		pp.closeParent()
 		pp.closeChild()
+		ct.close()
+		if run != nil {
+			run.release()
+		}
 		return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w", spec.ID, s.id, err)
 	}
 	newCmd := func() *exec.Cmd {
+		if ct != nil {
+			cmd := ct.cmd(pp)
+			run.prepare(cmd)
+			return cmd
+		}
 		cmd := &exec.Cmd{
 			Path:        path,
 			Args:        slices.Clone(spec.Argv),
@@ -264,23 +285,38 @@ func (s *localSandbox) spawn(spec ProcSpec, path, cwd string, env map[string]str
 	pp.closeChild()
 	if err != nil {
 		pp.closeParent()
+		ct.close()
 		run.release()
 		return nil, &SpawnError{Sandbox: s.id, Process: spec.ID, Program: spec.Argv[0], Err: err}
 	}
-	if err := run.started(cmd.Process.Pid); err != nil {
+	err = run.started(cmd.Process.Pid)
+	if err == nil && ct != nil {
+		err = ct.handshake()
+	}
+	if err != nil {
 		// Uncontained, it could leave processes behind: do not run it.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
+		ct.stop()
+		if ct != nil {
+			// bwrap's own reason (a bind it could not make) is on stderr.
+			_ = pp.stderrR.SetReadDeadline(time.Now().Add(time.Second))
+			b, _ := io.ReadAll(io.LimitReader(pp.stderrR, 4<<10))
+			if msg := strings.TrimSpace(string(b)); msg != "" {
+				err = fmt.Errorf("%w: %s", err, msg)
+			}
+		}
 		pp.closeParent()
 		run.release()
 		return nil, fmt.Errorf("sandbox: start process %s in sandbox %s: %w: %v", spec.ID, s.id, ErrUnavailable, err)
 	}
-	return s.newProcess(spec, path, cmd, run, pp, interactive), nil
+	p := s.newProcess(spec, path, cmd, run, ct, pp, interactive)
+	return p, nil
 }
 
 // newProcess wraps a started cmd and starts the goroutines that wait for
 // it, drain its stderr and feed its stdin.
-func (s *localSandbox) newProcess(spec ProcSpec, path string, cmd *exec.Cmd, run containedRun, pp *procPipes, interactive bool) *localProcess {
+func (s *localSandbox) newProcess(spec ProcSpec, path string, cmd *exec.Cmd, run containedRun, ct *containedStart, pp *procPipes, interactive bool) *localProcess {
 	tailBytes := spec.StderrTailBytes
 	if tailBytes == 0 {
 		tailBytes = defaultStderrTailBytes
@@ -290,6 +326,7 @@ func (s *localSandbox) newProcess(spec ProcSpec, path string, cmd *exec.Cmd, run
 		sandbox:     s.id,
 		cmd:         cmd,
 		run:         run,
+		ct:          ct,
 		containMode: s.l.contain.mode(),
 		pid:         cmd.Process.Pid,
 		waitDelay:   s.l.cfg.WaitDelay,
