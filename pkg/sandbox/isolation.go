@@ -73,7 +73,7 @@ type Network struct {
 	// Policy is the job's decoded `network` value. egress.None: only
 	// Forwards. egress.Allow: Forwards, plus the egress proxy at
 	// 127.0.0.1:ProxyPort (HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy
-	// are set; NO_PROXY names loopback, so forwards are reached directly).
+	// are set; NO_PROXY is 127.0.0.1, so forwards are reached directly).
 	// egress.Open: the worker's own network namespace.
 	Policy egress.Policy
 	// Forwards are ports inside the sandbox's loopback that reach a host
@@ -128,6 +128,8 @@ func proxyEnv(env map[string]string) {
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		env[k] = u
 	}
-	env["NO_PROXY"] = "127.0.0.1,localhost,::1"
+	// Only the forwards' address: "localhost:8080" on an allow list means
+	// the worker host's, reached through the proxy.
+	env["NO_PROXY"] = "127.0.0.1"
 	env["no_proxy"] = env["NO_PROXY"]
 }

@@ -94,6 +94,9 @@ func (s *localSandbox) start(ctx context.Context, spec ProcSpec, interactive boo
 	if err := checkEnv(spec.Env); err != nil {
 		return nil, fmt.Errorf("%s: ProcSpec.Env: %w", op, err)
 	}
+	if err := spec.Network.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if spec.StderrTailBytes < 0 {
 		return nil, fmt.Errorf("%s: %w", op, Invalidf("StderrTailBytes must not be negative"))
 	}

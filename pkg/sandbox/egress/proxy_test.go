@@ -1,8 +1,8 @@
 package egress
 
 import (
-	"context"
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"

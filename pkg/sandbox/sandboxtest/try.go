@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -44,7 +45,7 @@ func try(cmd, arg string) string {
 		_ = c.Close()
 		return "ok"
 	case "try-get":
-		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
+		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: envProxy}}
 		resp, err := c.Get(arg)
 		if err != nil {
 			return "err " + err.Error()
@@ -54,4 +55,20 @@ func try(cmd, arg string) string {
 		return fmt.Sprintf("ok %d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	return "err unknown probe " + cmd
+}
+
+// envProxy proxies as curl and Node do: through HTTP_PROXY unless NO_PROXY
+// names the host, loopback names included (Go's own ProxyFromEnvironment
+// never proxies localhost).
+func envProxy(r *http.Request) (*url.URL, error) {
+	p := os.Getenv("HTTP_PROXY")
+	if p == "" {
+		return nil, nil
+	}
+	for _, h := range strings.Split(os.Getenv("NO_PROXY"), ",") {
+		if strings.TrimSpace(h) == r.URL.Hostname() {
+			return nil, nil
+		}
+	}
+	return url.Parse(p)
 }
