@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
+	"github.com/stretchr/testify/require"
 )
 
 // requireContained fails (or, where namespaces cannot exist, skips with the
@@ -25,4 +26,43 @@ func TestContainedExercise(t *testing.T) {
 	sandboxtest.Exercise(t, func(t *testing.T) sandbox.Provider {
 		return setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained}).local
 	}, sandboxtest.Features{SpawnErrors: true, Interactive: true})
+}
+
+// TestCheckContainedNamesWhatIsMissing: without bwrap on PATH the check,
+// and a contained Local, say so.
+func TestCheckContainedNamesWhatIsMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := sandbox.CheckContained()
+	require.ErrorContains(t, err, "bubblewrap (bwrap) is not installed")
+	_, err = sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Isolation: sandbox.IsolationContained})
+	require.ErrorContains(t, err, "bubblewrap (bwrap) is not installed")
+}
+
+func TestContainedConfigValidates(t *testing.T) {
+	root := t.TempDir()
+	for name, cfg := range map[string]sandbox.LocalConfig{
+		"unknown isolation": {Root: root, Isolation: "jail"},
+		"negative uid":      {Root: root, AgentUID: -1},
+		"relative ro path":  {Root: root, ReadOnlyPaths: []string{"opt/claude"}},
+		"default over max":  {Root: root, DefaultLimits: sandbox.Limits{Pids: 500}, MaxLimits: sandbox.Limits{Pids: 100}},
+		"cpu weight":        {Root: root, DefaultLimits: sandbox.Limits{CPUWeight: 20000}},
+	} {
+		_, err := sandbox.NewLocal(cfg)
+		require.ErrorIs(t, err, sandbox.ErrInvalid, name)
+	}
+}
+
+// TestContainedRejectsBadNetworkAndLimits: a forward on a bad port and
+// limits above the maximum fail before any process starts.
+func TestContainedRejectsBadNetworkAndLimits(t *testing.T) {
+	requireContained(t)
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained, MaxLimits: sandbox.Limits{MemoryBytes: 1 << 30}})
+	sb := b.create(t, "bad", nil)
+	_, err := sb.Start(testCtx(t), sandbox.ProcSpec{ID: "a", Argv: sandboxtest.ChildArgv("echo x"),
+		Network: &sandbox.Network{Forwards: []sandbox.Forward{{Port: 0, To: "127.0.0.1:1"}}}})
+	require.ErrorIs(t, err, sandbox.ErrInvalid)
+	_, err = sb.Start(testCtx(t), sandbox.ProcSpec{ID: "b", Argv: sandboxtest.ChildArgv("echo x"),
+		Limits: sandbox.Limits{MemoryBytes: 2 << 30}})
+	require.ErrorIs(t, err, sandbox.ErrInvalid)
+	require.ErrorContains(t, err, "above this worker's maximum")
 }
