@@ -138,6 +138,7 @@ func TestContainedEscapes(t *testing.T) {
 		{"SignalWorker", fmt.Sprintf("try-signal %d", h.standIn.Process.Pid), isOK},
 		{"WriteOutside", "try-write " + filepath.Join(h.outside, "escaped.txt"), isOK},
 		{"DialAroundProxy", "try-dial " + h.loopback, isOK},
+		{"UserNamespace", "try-userns", isOK},
 		{"HostNotOnList", "try-get " + h.deniedURL, func(l string) bool { return strings.HasPrefix(l, "ok 200 denied-body") }},
 	}
 	if h.rootFile != "" {

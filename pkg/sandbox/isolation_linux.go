@@ -58,6 +58,7 @@ const (
 	fdInfo   = 4 // bwrap writes {"child-pid": N}: --info-fd
 	fdUserns = 5 // bwrap waits for the uid map: --userns-block-fd (root only)
 	fdBlock  = 6 // bwrap waits before running the program: --block-fd
+	fdFilter = 7 // the seccomp program: --seccomp
 )
 
 // containedStart is the bwrap launch of one process: its argument memfd,
@@ -68,6 +69,7 @@ type containedStart struct {
 	uid      int
 	rootMap  bool // the worker is root: it writes the uid map itself
 	args     *os.File
+	filter   *os.File // nil where there is no seccomp program for this arch
 	infoR    *os.File
 	infoW    *os.File
 	usernsR  *os.File
@@ -92,12 +94,18 @@ func (s *localSandbox) prepareContained(spec ProcSpec, path, cwd string, env map
 	if ct.net.Policy.Mode == egress.Allow {
 		proxyEnv(env)
 	}
+	var err error
+	if ct.filter, err = seccompFile(); err != nil {
+		return nil, err
+	}
 	argv, err := s.bwrapArgs(ct, spec, path, cwd, env)
 	if err != nil {
+		ct.close()
 		return nil, err
 	}
 	ct.command = ct.commandArgs(spec, path)
 	if ct.args, err = memfdWith(strings.Join(argv, "\x00") + "\x00"); err != nil {
+		ct.close()
 		return nil, err
 	}
 	if ct.infoR, ct.infoW, err = os.Pipe(); err != nil {
@@ -134,6 +142,11 @@ func memfdWith(data string) (*os.File, error) {
 // neither the agent's environment nor the worker's.
 func (ct *containedStart) cmd(pp *procPipes) *exec.Cmd {
 	_, _ = ct.args.Seek(0, 0)
+	files := []*os.File{ct.args, ct.infoW, ct.usernsR, ct.blockR}
+	if ct.filter != nil {
+		_, _ = ct.filter.Seek(0, 0)
+		files = append(files, ct.filter)
+	}
 	cmd := &exec.Cmd{
 		Path:        ct.s.l.bwrap,
 		Args:        append([]string{"bwrap", "--args", strconv.Itoa(fdArgs), "--"}, ct.command...),
@@ -141,7 +154,7 @@ func (ct *containedStart) cmd(pp *procPipes) *exec.Cmd {
 		Dir:         "/",
 		Stdout:      pp.stdoutW,
 		Stderr:      pp.stderrW,
-		ExtraFiles:  []*os.File{ct.args, ct.infoW, ct.usernsR, ct.blockR},
+		ExtraFiles:  files,
 		SysProcAttr: sysProcAttr(),
 	}
 	if pp.stdinR != nil {
@@ -152,8 +165,8 @@ func (ct *containedStart) cmd(pp *procPipes) *exec.Cmd {
 
 // closeChildEnds closes what only bwrap needs, once it has them.
 func (ct *containedStart) closeChildEnds() {
-	closeFiles(ct.args, ct.infoW, ct.usernsR, ct.blockR)
-	ct.args, ct.infoW, ct.usernsR, ct.blockR = nil, nil, nil, nil
+	closeFiles(ct.args, ct.filter, ct.infoW, ct.usernsR, ct.blockR)
+	ct.args, ct.filter, ct.infoW, ct.usernsR, ct.blockR = nil, nil, nil, nil, nil
 }
 
 // close closes every descriptor still open. A nil ct is fine.
@@ -248,6 +261,9 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 		a = append(a, "--userns-block-fd", strconv.Itoa(fdUserns))
 	} else {
 		a = append(a, "--uid", uid, "--gid", uid, "--cap-drop", "ALL", "--disable-userns")
+	}
+	if ct.filter != nil {
+		a = append(a, "--seccomp", strconv.Itoa(fdFilter))
 	}
 	open := ct.net.Policy.Mode == egress.Open
 	if open {

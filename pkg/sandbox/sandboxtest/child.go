@@ -70,6 +70,7 @@ const childExitUsage = 125
 //	try-write <path>         write "escaped" to path: "ok" or "err <reason>"
 //	try-signal <pid>         kill(pid, SIGTERM): "ok" or "err <reason>"
 //	try-dial <host:port>     a TCP connection: "ok" or "err <reason>"
+//	try-userns               run `unshare --user true`: "ok" or "err <reason>"
 //	try-get <url>            an HTTP GET through the environment's proxy
 //	                         settings: "ok <status> <body>" or "err <reason>"
 //
@@ -153,7 +154,7 @@ func runStep(step string, extra []string) (code int, exit bool, err error) {
 	switch cmd {
 	case "echo":
 		_, err = fmt.Fprintln(os.Stdout, rest)
-	case "try-read", "try-write", "try-signal", "try-dial", "try-get":
+	case "try-read", "try-write", "try-signal", "try-dial", "try-get", "try-userns":
 		_, err = fmt.Fprintln(os.Stdout, try(cmd, rest))
 	case "stderr":
 		var n int

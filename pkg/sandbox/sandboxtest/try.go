@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +44,13 @@ func try(cmd, arg string) string {
 			return "err " + err.Error()
 		}
 		_ = c.Close()
+		return "ok"
+	case "try-userns":
+		// A user namespace of its own (util-linux unshare).
+		out, err := exec.Command("unshare", "--user", "true").CombinedOutput()
+		if err != nil {
+			return "err " + err.Error() + ": " + strings.TrimSpace(string(out))
+		}
 		return "ok"
 	case "try-get":
 		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: envProxy}}
