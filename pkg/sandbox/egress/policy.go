@@ -266,3 +266,22 @@ func (p Policy) Admits(host string, port int) (Rule, bool) {
 	}
 	return Rule{}, false
 }
+
+// ForJob is the policy of one job: its `network` field (raw JSON; empty or
+// null when absent, which takes def) checked against max. Errors wrap
+// ErrInvalid (a bad value) or are a *NotAllowedError (code
+// network_not_allowed); both are the job's failure before any process
+// starts.
+func ForJob(raw []byte, def Policy, max Mode) (Policy, error) {
+	p := def
+	if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		var err error
+		if p, err = Parse(t); err != nil {
+			return Policy{}, err
+		}
+	}
+	if err := p.CheckMax(max); err != nil {
+		return Policy{}, err
+	}
+	return p, nil
+}

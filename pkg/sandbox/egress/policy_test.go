@@ -159,3 +159,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestForJob(t *testing.T) {
+	def := Policy{Mode: None}
+	p, err := ForJob(nil, def, Allow)
+	require.NoError(t, err)
+	require.Equal(t, None, p.Mode, "absent takes the default")
+	p, err = ForJob([]byte(" null "), def, Allow)
+	require.NoError(t, err)
+	require.Equal(t, None, p.Mode)
+	p, err = ForJob([]byte(`{"allow":["github.com"]}`), def, Allow)
+	require.NoError(t, err)
+	require.Equal(t, Allow, p.Mode)
+	_, err = ForJob([]byte(`"open"`), def, Allow)
+	var na *NotAllowedError
+	require.ErrorAs(t, err, &na)
+	_, err = ForJob([]byte(`"wide"`), def, Open)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = ForJob(nil, Policy{Mode: Open}, Allow)
+	require.ErrorAs(t, err, &na, "a default above the maximum is refused too")
+}
