@@ -115,3 +115,36 @@ func TestContainedClaudeTwoTurns(t *testing.T) {
 	require.NoError(t, err, "the tool wrote in the workspace")
 	require.Len(t, fake.Conversation(), 3)
 }
+
+// TestContainedClaudeResume parks a session and resumes it in a new
+// contained process of the same sandbox: the CLI finds its transcript in
+// the sandbox's CLAUDE_CONFIG_DIR and sends the earlier exchange again.
+func TestContainedClaudeResume(t *testing.T) {
+	fake := anthropicfake.New(t, func(r *anthropicfake.Request) anthropicfake.Reply {
+		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.Text("answer to " + r.LastUserText())}}
+	})
+	sb, spec := claudeContained(t, fake)
+	bin := spec.Argv[0]
+	oneShot := func(id string, args ...string) map[string]any {
+		s := spec
+		s.ID = id
+		s.Argv = append([]string{bin, "-p", "--output-format", "stream-json", "--verbose"}, args...)
+		p, err := sb.Start(testCtx(t), s)
+		require.NoError(t, err)
+		lines := readLines(t, p.Stdout(), func(map[string]any) bool { return false })
+		st, err := p.Wait(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, 0, st.Code, st.StderrTail)
+		return lines[len(lines)-1]
+	}
+	first := oneShot("turn-1", "first question")
+	require.Equal(t, "answer to first question", first["result"])
+	sid, _ := first["session_id"].(string)
+	require.NotEmpty(t, sid)
+	second := oneShot("turn-2", "--resume", sid, "second question")
+	require.Equal(t, "answer to second question", second["result"])
+	conv := fake.Conversation()
+	require.Len(t, conv, 2)
+	require.Equal(t, []string{"first question", "second question"}, conv[1].UserTexts(),
+		"the resumed process sent the parked exchange")
+}

@@ -213,3 +213,18 @@ func TestContainedHidesEnvironment(t *testing.T) {
 		require.Equal(t, uint32(sandbox.DefaultAgentUID), fi.Sys().(*syscall.Stat_t).Uid, "the agent's file is the agent uid's on the host")
 	}
 }
+
+// TestContainedOpenNetwork: "open" shares the worker's network namespace,
+// so what a "none" or allow-list sandbox cannot dial is reached.
+func TestContainedOpenNetwork(t *testing.T) {
+	requireContained(t)
+	h := newEscapeHost(t)
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained})
+	sb := b.create(t, "open", nil)
+	n := &sandbox.Network{Policy: egress.Policy{Mode: egress.Open}}
+	out, st := run(t, sb, sandbox.ProcSpec{Network: n}, "try-dial "+h.loopback, "try-read "+h.credsFile)
+	require.Equal(t, 0, st.Code, st.StderrTail)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Equal(t, "ok", lines[0], "open reaches the host's loopback")
+	require.False(t, h.hasSecret(lines[1]), "open is network only: files stay hidden: %s", lines[1])
+}
