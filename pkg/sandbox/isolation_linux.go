@@ -465,7 +465,7 @@ var limitsWarn sync.Once
 // writeExisting writes v to a file that must exist (a cgroup interface
 // file: never created).
 func writeExisting(path, v string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
 	}
