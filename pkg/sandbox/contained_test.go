@@ -1,6 +1,8 @@
 package sandbox_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -65,4 +67,24 @@ func TestContainedRejectsBadNetworkAndLimits(t *testing.T) {
 		Limits: sandbox.Limits{MemoryBytes: 2 << 30}})
 	require.ErrorIs(t, err, sandbox.ErrInvalid)
 	require.ErrorContains(t, err, "above this worker's maximum")
+}
+
+// TestContainedAgentOwnsWhatTheWorkerWrites: files the worker puts into a
+// contained sandbox (WriteFile, session transcripts through HostConfigDir)
+// are the agent uid's, so the agent can change them.
+func TestContainedAgentOwnsWhatTheWorkerWrites(t *testing.T) {
+	requireContained(t)
+	if os.Geteuid() != 0 {
+		t.Skip("ownership is handed over only by a root worker; otherwise the agent uid is the worker's")
+	}
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained})
+	sb := b.create(t, "own", nil)
+	require.NoError(t, sb.WriteFile(testCtx(t), "deep/dir/prompt.txt", []byte("x")))
+	cfg := sb.(sandbox.HostConfigDir).HostConfigDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(cfg, "projects"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(cfg, "projects", "s.jsonl"), []byte("parked"), 0o600))
+	out, st := run(t, sb, sandbox.ProcSpec{}, "try-write deep/dir/prompt.txt", "try-write deep/dir/new.txt",
+		"try-read "+filepath.Join(cfg, "projects", "s.jsonl"))
+	require.Equal(t, 0, st.Code, st.StderrTail)
+	require.Equal(t, "ok\nok\nok parked\n", out)
 }

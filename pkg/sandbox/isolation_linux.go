@@ -84,6 +84,9 @@ type containedStart struct {
 
 // prepareContained builds the bwrap launch of a process.
 func (s *localSandbox) prepareContained(spec ProcSpec, path, cwd string, env map[string]string) (*containedStart, error) {
+	if err := giveHomeToAgent(s); err != nil {
+		return nil, fmt.Errorf("give the agent its HOME: %w", err)
+	}
 	ct := &containedStart{s: s, uid: s.l.cfg.AgentUID, rootMap: os.Geteuid() == 0, net: spec.Network}
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real // bound at its real place; a link to it may not be
@@ -400,7 +403,7 @@ func (l *Local) initContained() error {
 // ownTree gives the agent uid the directories a contained agent writes
 // (when the worker is root; otherwise they are the worker's, which the
 // agent uid maps to).
-func (s *localSandbox) ownTree() error {
+func ownTree(s *localSandbox) error {
 	if !s.l.Contained() || os.Geteuid() != 0 {
 		return nil
 	}
@@ -474,4 +477,53 @@ func writeExisting(path, v string) error {
 		err = cerr
 	}
 	return err
+}
+
+// agentOwner is the uid that must own what the worker writes into a
+// contained sandbox for its agent to change it, or -1 when nothing needs
+// changing (not contained, or a non-root worker whose uid the agent maps
+// to).
+func agentOwner(s *localSandbox) int {
+	if !s.l.Contained() || os.Geteuid() != 0 {
+		return -1
+	}
+	return s.l.cfg.AgentUID
+}
+
+// giveToAgent hands a file the worker wrote into the workspace, and the
+// directories above it, to the agent uid.
+func giveToAgent(s *localSandbox, name string) error {
+	uid := agentOwner(s)
+	if uid < 0 {
+		return nil
+	}
+	for p := name; p != "." && p != "/"; p = filepath.Dir(p) {
+		if err := s.root.Lchown(p, uid, uid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// giveHomeToAgent hands the agent what the worker wrote into its HOME since
+// the last process (session transcripts written through HostConfigDir),
+// before a contained process starts.
+func giveHomeToAgent(s *localSandbox) error {
+	uid := agentOwner(s)
+	if uid < 0 {
+		return nil
+	}
+	return filepath.WalkDir(s.home, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != uid || int(st.Gid) != uid) {
+			return os.Lchown(p, uid, uid)
+		}
+		return nil
+	})
 }

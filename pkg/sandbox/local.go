@@ -309,7 +309,7 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			}
 		}
 	}
-	if err := s.ownTree(); err != nil {
+	if err := ownTree(s); err != nil {
 		return nil, fmt.Errorf("sandbox: create %s: give the agent uid its directories: %w", spec.ID, err)
 	}
 	s.readyAt = time.Now()

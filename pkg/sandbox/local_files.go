@@ -97,7 +97,10 @@ func (s *localSandbox) WriteFile(ctx context.Context, path string, data []byte) 
 				return err
 			}
 		}
-		return s.root.WriteFile(name, data, 0o644)
+		if err := s.root.WriteFile(name, data, 0o644); err != nil {
+			return err
+		}
+		return giveToAgent(s, name)
 	})
 }
 
