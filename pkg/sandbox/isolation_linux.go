@@ -284,8 +284,8 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 		"--size", strconv.FormatInt(s.l.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
 
 	ro := []string{}
-	if dir := filepath.Dir(path); !under(dir, "/usr") && !under(dir, s.work) {
-		ro = append(ro, dir)
+	if b := programBind(path, s.l.root, s.work); b != "" {
+		ro = append(ro, b)
 	}
 	ro = append(ro, s.l.cfg.ReadOnlyPaths...)
 	rw := []string{s.work, s.home, s.tmp}
@@ -526,4 +526,25 @@ func giveHomeToAgent(s *localSandbox) error {
 		}
 		return nil
 	})
+}
+
+// broadDirs hold more than one program's install tree: a program found
+// directly in one of them is bound alone, not with its directory.
+var broadDirs = map[string]bool{"/": true, "/tmp": true, "/var/tmp": true, "/root": true, "/home": true,
+	"/var": true, "/opt": true, "/srv": true, "/mnt": true, "/media": true, "/run": true, "/dev/shm": true, "/etc": true}
+
+// programBind is what of the program at path (symlinks resolved) a
+// contained sandbox gets read-only: its directory (the install tree of a
+// self-contained binary), or the file alone when the directory is a broad
+// one or holds the sandboxes' root; "" for a program under /usr or in the
+// workspace, which are there anyway.
+func programBind(path, root, work string) string {
+	dir := filepath.Dir(path)
+	switch {
+	case under(dir, "/usr") || under(path, work):
+		return ""
+	case broadDirs[dir] || under(root, dir):
+		return path
+	}
+	return dir
 }

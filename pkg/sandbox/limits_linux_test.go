@@ -44,3 +44,19 @@ func TestApplyLimitsWritesTheGroup(t *testing.T) {
 	_, err := os.Stat(filepath.Join(bare.dir, "pids.max"))
 	require.ErrorIs(t, err, os.ErrNotExist, "interface files are never created")
 }
+
+func TestProgramBind(t *testing.T) {
+	root, work := "/var/lib/fleet/sandboxes", "/var/lib/fleet/sandboxes/j1/work"
+	for path, want := range map[string]string{
+		"/usr/local/bin/claude":             "",
+		work + "/node_modules/.bin/tool":    "",
+		"/opt/claude/bin/claude":            "/opt/claude/bin",
+		"/root/.local/share/claude/v/2.1.3": "/root/.local/share/claude/v",
+		"/tmp/probe.sh":                     "/tmp/probe.sh",
+		"/root/agent":                       "/root/agent",
+		"/var/lib/fleet/agent":              "/var/lib/fleet/agent",
+		"/opt/agent":                        "/opt/agent",
+	} {
+		require.Equal(t, want, programBind(path, root, work), path)
+	}
+}
