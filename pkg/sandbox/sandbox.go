@@ -61,6 +61,12 @@ type ProcSpec struct {
 	// StderrTailBytes is how much stderr to keep for ExitStatus.StderrTail.
 	// Defaults to 8 KiB.
 	StderrTailBytes int
+	// Network is what the process may reach under IsolationContained; nil
+	// is egress.None with no forwards. Other isolations ignore it.
+	Network *Network
+	// Limits are the process's cgroup v2 limits under IsolationContained
+	// (zero fields: the provider's defaults).
+	Limits Limits
 }
 
 // Process is a running process.

@@ -2,11 +2,8 @@ package bridgefake
 
 import (
 	"cmp"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -149,7 +146,7 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 }
 
 // env builds a process's environment like a fresh container's.
-func (f *Fake) env(sb *sandbox, req startReq) []string {
+func (f handlers) env(sb *sandbox, req startReq) []string {
 	m := map[string]string{
 		"PATH":   f.opts.Path,
 		"HOME":   filepath.Join(sb.dir, "home"),
@@ -169,45 +166,79 @@ func (f *Fake) env(sb *sandbox, req startReq) []string {
 	return out
 }
 
-func (f *Fake) handleStart(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+// checkStart validates a start request and returns the process's working
+// directory, or the error code and message of a 400.
+func checkStart(req startReq, sb *sandbox) (dir, code, msg string) {
+	switch {
+	case !procIDPattern.MatchString(req.ProcID):
+		return "", "invalid_request", "proc_id must match [A-Za-z0-9_-]{1,128}"
+	case len(req.Argv) == 0 || req.Argv[0] == "":
+		return "", "invalid_request", "argv is empty"
+	case req.TimeoutMS < 0:
+		return "", "invalid_request", "timeout_ms is negative"
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return "", "invalid_request", err.Error()
+	}
+	for _, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return "", "invalid_request", "argv contains NUL"
+		}
+	}
+	dir = sb.ws
+	if req.Cwd != "" && req.Cwd != "." {
+		if err := checkPath(req.Cwd); err != nil {
+			return "", "invalid_path", "cwd: " + err.Error()
+		}
+		fi, err := sb.root.Stat(req.Cwd)
+		if err != nil || !fi.IsDir() {
+			return "", "invalid_path", "cwd is not a directory in the workspace"
+		}
+		dir = filepath.Join(sb.ws, req.Cwd)
+	}
+	return dir, "", ""
+}
+
+// openStdin opens what a start request asks for as the process's stdin: a
+// pipe (stdinW is the write end), a workspace file, or nothing. On failure
+// it returns the status, error code and message of the answer.
+func openStdin(req startReq, sb *sandbox) (stdin, stdinW *os.File, status int, code, msg string) {
+	switch {
+	case req.Stdin != "" && req.Stdin != "pipe":
+		return nil, nil, http.StatusBadRequest, "invalid_stdin", "stdin must be \"pipe\" when given"
+	case req.Stdin == "pipe" && req.StdinPath != "":
+		return nil, nil, http.StatusBadRequest, "invalid_stdin", "stdin \"pipe\" and stdin_path are mutually exclusive"
+	}
+	if req.Stdin == "pipe" {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, nil, http.StatusInternalServerError, "internal", err.Error()
+		}
+		return pr, pw, 0, "", ""
+	}
+	if req.StdinPath != "" {
+		if err := checkPath(req.StdinPath); err != nil {
+			return nil, nil, http.StatusBadRequest, "invalid_path", "stdin_path: " + err.Error()
+		}
+		fh, err := sb.root.Open(req.StdinPath)
+		if err != nil {
+			return nil, nil, http.StatusBadRequest, "invalid_path", "stdin_path: " + err.Error()
+		}
+		return fh, nil, 0, "", ""
+	}
+	return nil, nil, 0, "", ""
+}
+
+func (f handlers) handleStart(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	var req startReq
 	if err := decodeBody(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "bad body: "+err.Error())
 		return
 	}
-	switch {
-	case !procIDPattern.MatchString(req.ProcID):
-		writeError(w, http.StatusBadRequest, "invalid_request", "proc_id must match [A-Za-z0-9_-]{1,128}")
+	dir, code, msg := checkStart(req, sb)
+	if code != "" {
+		writeError(w, http.StatusBadRequest, code, msg)
 		return
-	case len(req.Argv) == 0 || req.Argv[0] == "":
-		writeError(w, http.StatusBadRequest, "invalid_request", "argv is empty")
-		return
-	case req.TimeoutMS < 0:
-		writeError(w, http.StatusBadRequest, "invalid_request", "timeout_ms is negative")
-		return
-	}
-	if err := checkEnv(req.Env); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return
-	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			writeError(w, http.StatusBadRequest, "invalid_request", "argv contains NUL")
-			return
-		}
-	}
-	dir := sb.ws
-	if req.Cwd != "" && req.Cwd != "." {
-		if err := checkPath(req.Cwd); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_path", "cwd: "+err.Error())
-			return
-		}
-		fi, err := sb.root.Stat(req.Cwd)
-		if err != nil || !fi.IsDir() {
-			writeError(w, http.StatusBadRequest, "invalid_path", "cwd is not a directory in the workspace")
-			return
-		}
-		dir = filepath.Join(sb.ws, req.Cwd)
 	}
 
 	f.mu.Lock()
@@ -230,37 +261,13 @@ func (f *Fake) handleStart(w http.ResponseWriter, r *http.Request, sb *sandbox) 
 	// the same proc_id cannot launch a second one.
 	defer f.mu.Unlock()
 
-	var stdin *os.File
-	switch {
-	case req.Stdin != "" && req.Stdin != "pipe":
-		writeError(w, http.StatusBadRequest, "invalid_stdin", "stdin must be \"pipe\" when given")
-		return
-	case req.Stdin == "pipe" && req.StdinPath != "":
-		writeError(w, http.StatusBadRequest, "invalid_stdin", "stdin \"pipe\" and stdin_path are mutually exclusive")
+	stdin, stdinW, status, code, msg := openStdin(req, sb)
+	if code != "" {
+		writeError(w, status, code, msg)
 		return
 	}
-	var stdinW *os.File
-	if req.Stdin == "pipe" {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "internal", err.Error())
-			return
-		}
-		defer pr.Close()
-		stdin, stdinW = pr, pw
-	}
-	if req.StdinPath != "" {
-		if err := checkPath(req.StdinPath); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_path", "stdin_path: "+err.Error())
-			return
-		}
-		fh, err := sb.root.Open(req.StdinPath)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_path", "stdin_path: "+err.Error())
-			return
-		}
-		defer fh.Close()
-		stdin = fh
+	if stdin != nil {
+		defer stdin.Close()
 	}
 	env := f.env(sb, req)
 	bin, err := lookPath(req.Argv[0], envValue(env, "PATH"), dir)
@@ -328,7 +335,7 @@ func envValue(env []string, name string) string {
 // run copies the process's output into chunks, reaps it and records how it
 // ended. Once the leader has exited, what is left of its process group is
 // killed, and output still held open after waitDelay is cut off.
-func (f *Fake) run(p *proc, cmd *exec.Cmd, outR, errR *os.File) {
+func (f handlers) run(p *proc, cmd *exec.Cmd, outR, errR *os.File) {
 	defer f.procWG.Done()
 	defer close(p.reaped)
 	var timer *time.Timer
@@ -415,7 +422,7 @@ var signalNames = map[string]syscall.Signal{
 	"SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
 }
 
-func (f *Fake) handleKill(w http.ResponseWriter, r *http.Request, _ *sandbox, p *proc) {
+func (f handlers) handleKill(w http.ResponseWriter, r *http.Request, _ *sandbox, p *proc) {
 	var req struct {
 		Signal string `json:"signal"`
 	}
@@ -438,7 +445,7 @@ func (f *Fake) handleKill(w http.ResponseWriter, r *http.Request, _ *sandbox, p 
 	writeJSON(w, http.StatusOK, map[string]bool{"killed": p.signal(sig)})
 }
 
-func (f *Fake) handleStatus(w http.ResponseWriter, _ *http.Request, _ *sandbox, p *proc) {
+func (f handlers) handleStatus(w http.ResponseWriter, _ *http.Request, _ *sandbox, p *proc) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	body := map[string]any{"status": p.status}
@@ -466,141 +473,4 @@ func parseFrom(s string) ([2]int64, error) {
 		from[i] = n
 	}
 	return from, nil
-}
-
-// streamFaults is the fault configuration a stream connection starts with.
-type streamFaults struct {
-	dropArmed bool
-	dropAfter int64
-	abort     bool
-}
-
-// takeDrop consumes one stream drop; it reports whether this connection
-// should be cut now.
-func (f *Fake) takeDrop() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case f.dropTimes == 0:
-		return false
-	case f.dropTimes > 0:
-		f.dropTimes--
-	}
-	return true
-}
-
-func (f *Fake) handleStream(w http.ResponseWriter, r *http.Request, _ *sandbox, p *proc) {
-	from, err := parseFrom(r.URL.Query().Get("from"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return
-	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, http.StatusInternalServerError, "internal", "streaming unsupported")
-		return
-	}
-	f.mu.Lock()
-	f.streams[p.id]++
-	faults := streamFaults{dropArmed: f.dropTimes != 0, dropAfter: f.dropAfter, abort: f.dropAbort}
-	f.mu.Unlock()
-
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache, no-transform")
-	w.WriteHeader(http.StatusOK)
-	fl.Flush()
-
-	drop := func() {
-		if faults.abort {
-			panic(http.ErrAbortHandler)
-		}
-	}
-	tick := time.NewTicker(f.opts.PingInterval)
-	defer tick.Stop()
-	var sent int64 // output bytes sent on this connection
-	cursor := 0
-	reached := from
-	for {
-		p.mu.Lock()
-		pending := p.chunks[cursor:]
-		cursor = len(p.chunks)
-		done, status, code, changed := p.done, p.status, p.code, p.changed
-		p.mu.Unlock()
-
-		for _, c := range pending {
-			data, off := c.data, c.off
-			if skip := from[c.fd-1] - off; skip > 0 {
-				if skip >= int64(len(data)) {
-					continue
-				}
-				data, off = data[skip:], off+skip
-			}
-			if faults.dropArmed && sent+int64(len(data)) > faults.dropAfter {
-				if !f.takeDrop() {
-					faults.dropArmed = false
-				} else {
-					if n := faults.dropAfter - sent; n > 0 {
-						writeOut(w, c.fd, off, data[:n])
-						reached[c.fd-1] = off + n
-					}
-					fl.Flush()
-					p.markSent(reached)
-					drop()
-					return
-				}
-			}
-			writeOut(w, c.fd, off, data)
-			sent += int64(len(data))
-			reached[c.fd-1] = off + int64(len(data))
-		}
-		if len(pending) > 0 {
-			fl.Flush()
-			p.markSent(reached)
-		}
-		if done {
-			f.mu.Lock()
-			mode := f.exitMode
-			f.mu.Unlock()
-			switch mode {
-			case ExitNormal:
-				writeEvent(w, "exit", map[string]any{"code": code, "status": status})
-				fl.Flush()
-				return
-			case ExitOmit:
-				fl.Flush()
-				return
-			case ExitError:
-				writeEvent(w, "error", map[string]string{"code": "exec_transport_error", "message": "injected stream error"})
-				fl.Flush()
-				return
-			case ExitHang:
-				changed = nil // nothing more will happen; ping until the client leaves
-			}
-		}
-		fl.Flush()
-		select {
-		case <-changed:
-		case <-tick.C:
-			f.mu.Lock()
-			ping := !f.noPings
-			f.mu.Unlock()
-			if ping {
-				_, _ = io.WriteString(w, ": ping\n\n")
-				fl.Flush()
-			}
-		case <-r.Context().Done():
-			return
-		case <-f.closing:
-			return
-		}
-	}
-}
-
-func writeOut(w io.Writer, fd int, off int64, data []byte) {
-	writeEvent(w, "out", map[string]any{"fd": fd, "off": off, "b64": base64.StdEncoding.EncodeToString(data)})
-}
-
-func writeEvent(w io.Writer, name string, v any) {
-	b, _ := json.Marshal(v)
-	_, _ = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b)
 }

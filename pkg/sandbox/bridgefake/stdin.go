@@ -33,7 +33,7 @@ func (f *Fake) StdinWrites(procID string) int {
 	return f.stdinWrites[procID]
 }
 
-func (f *Fake) takeStdinFault() (fail, afterApply bool) {
+func (f handlers) takeStdinFault() (fail, afterApply bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failStdin == 0 {
@@ -46,7 +46,7 @@ func (f *Fake) takeStdinFault() (fail, afterApply bool) {
 // maxStdinWrite is the bridge's limit on one write (README "Interactive stdin").
 const maxStdinWrite = 64 << 10
 
-func (f *Fake) handleStdin(w http.ResponseWriter, r *http.Request, _ *sandbox, p *proc) {
+func (f handlers) handleStdin(w http.ResponseWriter, r *http.Request, _ *sandbox, p *proc) {
 	f.mu.Lock()
 	f.stdinWrites[p.id]++
 	f.mu.Unlock()
@@ -112,7 +112,7 @@ func (f *Fake) handleStdin(w http.ResponseWriter, r *http.Request, _ *sandbox, p
 	writeJSON(w, http.StatusOK, map[string]int64{"off": end})
 }
 
-func (f *Fake) handleStdinClose(w http.ResponseWriter, _ *http.Request, _ *sandbox, p *proc) {
+func (f handlers) handleStdinClose(w http.ResponseWriter, _ *http.Request, _ *sandbox, p *proc) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	p.mu.Lock()

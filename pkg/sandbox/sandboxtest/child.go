@@ -66,6 +66,13 @@ const childExitUsage = 125
 //	print-file <path>        copy a file to stdout
 //	write-file <path> <text> write text to a file, creating parent directories
 //	args                     print the arguments after the script as a JSON array
+//	try-read <path>          print "ok <content>" or "err <reason>" (never fails)
+//	try-write <path>         write "escaped" to path: "ok" or "err <reason>"
+//	try-signal <pid>         kill(pid, SIGTERM): "ok" or "err <reason>"
+//	try-dial <host:port>     a TCP connection: "ok" or "err <reason>"
+//	try-userns               run `unshare --user true`: "ok" or "err <reason>"
+//	try-get <url>            an HTTP GET through the environment's proxy
+//	                         settings: "ok <status> <body>" or "err <reason>"
 //
 // A malformed step makes the child print the problem to stderr and exit 125.
 func RunChild() bool {
@@ -147,6 +154,8 @@ func runStep(step string, extra []string) (code int, exit bool, err error) {
 	switch cmd {
 	case "echo":
 		_, err = fmt.Fprintln(os.Stdout, rest)
+	case "try-read", "try-write", "try-signal", "try-dial", "try-get", "try-userns":
+		_, err = fmt.Fprintln(os.Stdout, try(cmd, rest))
 	case "stderr":
 		var n int
 		if n, err = strconv.Atoi(rest); err == nil {

@@ -89,23 +89,23 @@ func Exercise(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, f F
 		"NoStdinIsEOF":               s.testNoStdin,
 		"StderrDoesNotDeadlock":      s.testStderrNoDeadlock,
 		"StderrTailBytes":            s.testStderrTailBytes,
-		"StopGraceful":               s.testStopGraceful,
-		"StopKillsAfterGrace":        s.testStopKillsAfterGrace,
-		"StopWhileStreaming":         s.testStopWhileStreaming,
-		"StopAfterExit":              s.testStopAfterExit,
-		"GrandchildGoneAfterExit":    s.testGrandchildAfterExit,
-		"GrandchildGoneAfterStop":    s.testGrandchildAfterStop,
-		"SignalsReported":            s.testSignals,
-		"WorkingDirectory":           s.testDir,
-		"FileRoundTrip":              s.testFiles,
-		"FilesSharedWithProcesses":   s.testFilesShared,
-		"PathsOutsideWorkspace":      s.testBadPaths,
-		"ReadMissingFile":            s.testReadMissing,
-		"InvalidStart":               s.testInvalidStart,
-		"SpawnFailure":               s.testSpawnFailure,
-		"DestroyIdempotent":          s.testDestroyIdempotent,
-		"DestroyStopsProcesses":      s.testDestroyStopsProcesses,
-		"SandboxesHaveSeparateHomes": s.testSeparateHomes,
+		"StopGraceful":               stopTests{s}.testStopGraceful,
+		"StopKillsAfterGrace":        stopTests{s}.testStopKillsAfterGrace,
+		"StopWhileStreaming":         stopTests{s}.testStopWhileStreaming,
+		"StopAfterExit":              stopTests{s}.testStopAfterExit,
+		"GrandchildGoneAfterExit":    stopTests{s}.testGrandchildAfterExit,
+		"GrandchildGoneAfterStop":    stopTests{s}.testGrandchildAfterStop,
+		"SignalsReported":            stopTests{s}.testSignals,
+		"WorkingDirectory":           fileTests{s}.testDir,
+		"FileRoundTrip":              fileTests{s}.testFiles,
+		"FilesSharedWithProcesses":   fileTests{s}.testFilesShared,
+		"PathsOutsideWorkspace":      fileTests{s}.testBadPaths,
+		"ReadMissingFile":            fileTests{s}.testReadMissing,
+		"InvalidStart":               fileTests{s}.testInvalidStart,
+		"SpawnFailure":               fileTests{s}.testSpawnFailure,
+		"DestroyIdempotent":          fileTests{s}.testDestroyIdempotent,
+		"DestroyStopsProcesses":      fileTests{s}.testDestroyStopsProcesses,
+		"SandboxesHaveSeparateHomes": fileTests{s}.testSeparateHomes,
 		"InteractiveStdin":           s.testInteractiveStdin,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -449,220 +449,6 @@ func (s *suite) testStderrTailBytes(t *testing.T) {
 	_, st := s.run(t, sb, sandbox.ProcSpec{StderrTailBytes: 100}, "stderr 5000", "exit 7")
 	require.Equal(t, 7, st.Code)
 	require.Equal(t, string(Pattern(5000)[4900:]), st.StderrTail)
-}
-
-func (s *suite) testStopGraceful(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	p := s.start(t, sb, sandbox.ProcSpec{}, "echo ready", "sleep 1h")
-	br := bufio.NewReader(p.Stdout())
-	require.Equal(t, "ready\n", readLine(t, br))
-	require.NoError(t, p.Stop(ctx(t), guard), "Stop returns once the process exited on SIGTERM")
-	readAll(t, br)
-	s.requireKilledBy(t, wait(t, p), "SIGTERM")
-}
-
-func (s *suite) testStopKillsAfterGrace(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	p := s.start(t, sb, sandbox.ProcSpec{}, "ignore-sigterm", "echo ready", "sleep 1h")
-	br := bufio.NewReader(p.Stdout())
-	require.Equal(t, "ready\n", readLine(t, br))
-	require.NoError(t, p.Stop(ctx(t), 200*time.Millisecond))
-	readAll(t, br)
-	s.requireKilledBy(t, wait(t, p), "SIGKILL")
-}
-
-func (s *suite) testStopWhileStreaming(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	// 100 MB of stdout: the child is blocked on a full pipe when Stop comes.
-	p := s.start(t, sb, sandbox.ProcSpec{}, "echo started", "lines 1000000 100")
-	br := bufio.NewReader(p.Stdout())
-	require.Equal(t, "started\n", readLine(t, br))
-	require.NoError(t, p.Stop(ctx(t), guard))
-	rest := readAll(t, br)
-	require.Less(t, len(rest), 100*1000000, "the stream ended early")
-	s.requireKilledBy(t, wait(t, p), "SIGTERM")
-}
-
-func (s *suite) testStopAfterExit(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	p := s.start(t, sb, sandbox.ProcSpec{}, "exit 0")
-	readAll(t, p.Stdout())
-	wait(t, p)
-	require.ErrorIs(t, p.Stop(ctx(t), time.Second), sandbox.ErrExited)
-
-	p2 := s.start(t, sb, sandbox.ProcSpec{}, "sleep 1h")
-	require.NoError(t, p2.Stop(ctx(t), guard))
-	require.ErrorIs(t, p2.Stop(ctx(t), guard), sandbox.ErrExited, "a second Stop")
-	readAll(t, p2.Stdout())
-}
-
-func (s *suite) testGrandchildAfterExit(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	// The grandchild keeps stdout open and sleeps: stdout reaches EOF and
-	// Wait returns only if the provider ends the whole process group.
-	out, st := s.run(t, sb, sandbox.ProcSpec{}, "fork-grandchild gc.pid", "echo forked", "exit 0")
-	require.Equal(t, "forked\n", out)
-	require.Equal(t, 0, st.Code)
-	s.requireGrandchildGone(t, sb, "gc.pid")
-}
-
-func (s *suite) testGrandchildAfterStop(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	p := s.start(t, sb, sandbox.ProcSpec{}, "fork-grandchild gc.pid", "echo forked", "sleep 1h")
-	br := bufio.NewReader(p.Stdout())
-	require.Equal(t, "forked\n", readLine(t, br))
-	require.NoError(t, p.Stop(ctx(t), guard))
-	readAll(t, br)
-	wait(t, p)
-	s.requireGrandchildGone(t, sb, "gc.pid")
-}
-
-func (s *suite) testSignals(t *testing.T) {
-	for _, sig := range []string{"SIGKILL", "SIGTERM", "SIGINT"} {
-		t.Run(sig, func(t *testing.T) {
-			t.Parallel()
-			sb := s.sandbox(t, nil)
-			out, st := s.run(t, sb, sandbox.ProcSpec{}, "echo dying", "kill-self "+sig)
-			require.Equal(t, "dying\n", out)
-			s.requireKilledBy(t, st, sig)
-		})
-	}
-}
-
-func (s *suite) testDir(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	require.NoError(t, sb.WriteFile(ctx(t), "sub/dir/marker", []byte("x")))
-	root, st := s.run(t, sb, sandbox.ProcSpec{}, "pwd")
-	require.Equal(t, 0, st.Code)
-	out, st := s.run(t, sb, sandbox.ProcSpec{Dir: "sub/dir"}, "pwd", "print-file marker")
-	require.Equal(t, 0, st.Code, "stderr: %s", st.StderrTail)
-	require.Equal(t, strings.TrimSuffix(root, "\n")+"/sub/dir\nx", out)
-
-	for _, dir := range []string{"../", "/", "sub/../../x"} {
-		_, err := sb.Start(ctx(t), sandbox.ProcSpec{ID: newID("p"), Argv: s.argv("pwd"), Dir: dir})
-		require.ErrorIs(t, err, sandbox.ErrInvalid, "Dir %q", dir)
-	}
-}
-
-func (s *suite) testFiles(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	c := ctx(t)
-	data := append(bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000), "\nend"...)
-	require.NoError(t, sb.WriteFile(c, "a.bin", data))
-	got, err := sb.ReadFile(c, "a.bin")
-	require.NoError(t, err)
-	require.Equal(t, data, got)
-
-	require.NoError(t, sb.WriteFile(c, "nested/dir/b.txt", []byte("first")))
-	require.NoError(t, sb.WriteFile(c, "nested/dir/b.txt", []byte("2nd")), "overwrite")
-	got, err = sb.ReadFile(c, "nested/./dir/b.txt")
-	require.NoError(t, err)
-	require.Equal(t, "2nd", string(got))
-
-	require.NoError(t, sb.WriteFile(c, "empty", nil))
-	got, err = sb.ReadFile(c, "empty")
-	require.NoError(t, err)
-	require.Empty(t, got)
-}
-
-func (s *suite) testFilesShared(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	c := ctx(t)
-	require.NoError(t, sb.WriteFile(c, "in/prompt.txt", []byte("from the worker")))
-	out, st := s.run(t, sb, sandbox.ProcSpec{}, "print-file in/prompt.txt", "write-file out/result.txt from the child")
-	require.Equal(t, 0, st.Code, "stderr: %s", st.StderrTail)
-	require.Equal(t, "from the worker", out)
-	got, err := sb.ReadFile(c, "out/result.txt")
-	require.NoError(t, err)
-	require.Equal(t, "from the child", string(got))
-}
-
-func (s *suite) testBadPaths(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	c := ctx(t)
-	for _, p := range []string{"../escape", "..", "a/../../escape", "/etc/passwd", "/tmp/x", ""} {
-		require.ErrorIs(t, sb.WriteFile(c, p, []byte("x")), sandbox.ErrInvalid, "WriteFile(%q)", p)
-		_, err := sb.ReadFile(c, p)
-		require.ErrorIs(t, err, sandbox.ErrInvalid, "ReadFile(%q)", p)
-	}
-}
-
-func (s *suite) testReadMissing(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	_, err := sb.ReadFile(ctx(t), "no-such-file")
-	require.ErrorIs(t, err, sandbox.ErrNotFound)
-	_, err = sb.ReadFile(ctx(t), "no/such/dir/file")
-	require.ErrorIs(t, err, sandbox.ErrNotFound)
-}
-
-func (s *suite) testInvalidStart(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	for name, spec := range map[string]sandbox.ProcSpec{
-		"empty argv":    {ID: newID("p")},
-		"empty program": {ID: newID("p"), Argv: []string{""}},
-		"bad ID":        {ID: "a/b", Argv: s.argv("exit 0")},
-		"empty ID":      {Argv: s.argv("exit 0")},
-	} {
-		_, err := sb.Start(ctx(t), spec)
-		require.ErrorIs(t, err, sandbox.ErrInvalid, name)
-	}
-}
-
-func (s *suite) testSpawnFailure(t *testing.T) {
-	if !s.f.SpawnErrors {
-		t.Skip("provider reports a missing program only at exit (Features.SpawnErrors false)")
-	}
-	sb := s.sandbox(t, nil)
-	for _, prog := range []string{"/nonexistent/agentfleet-no-such-program", "agentfleet-no-such-program"} {
-		_, err := sb.Start(ctx(t), sandbox.ProcSpec{ID: newID("p"), Argv: []string{prog, "-p"}})
-		var se *sandbox.SpawnError
-		require.ErrorAs(t, err, &se, prog)
-		require.Equal(t, prog, se.Program)
-		require.ErrorIs(t, err, sandbox.ErrInvalid, prog)
-	}
-}
-
-func (s *suite) testDestroyIdempotent(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	c := ctx(t)
-	require.NoError(t, sb.WriteFile(c, "f", []byte("x")))
-	require.NoError(t, sb.Destroy(c))
-	require.NoError(t, sb.Destroy(c), "second Destroy")
-	_, err := sb.Start(c, sandbox.ProcSpec{ID: newID("p"), Argv: s.argv("exit 0")})
-	require.ErrorIs(t, err, sandbox.ErrClosed)
-}
-
-func (s *suite) testDestroyStopsProcesses(t *testing.T) {
-	sb := s.sandbox(t, nil)
-	p := s.start(t, sb, sandbox.ProcSpec{}, "fork-grandchild gc.pid", "echo up", "sleep 1h")
-	br := bufio.NewReader(p.Stdout())
-	require.Equal(t, "up\n", readLine(t, br))
-	pidBytes, err := sb.ReadFile(ctx(t), "gc.pid")
-	require.NoError(t, err)
-	require.NoError(t, sb.Destroy(ctx(t)))
-	st, err := p.Wait(ctx(t))
-	require.NoError(t, err, "Wait after Destroy still reports the status")
-	require.False(t, st.Code == 0 && st.Signal == "", "a process killed by Destroy does not exit cleanly: %+v", st)
-	if s.f.LocalPIDs {
-		pid, err := strconv.Atoi(string(pidBytes))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-		eventually(t, func() bool { return ProcessGone(pid) }, fmt.Sprintf("grandchild pid %d survived Destroy", pid))
-	}
-}
-
-func (s *suite) testSeparateHomes(t *testing.T) {
-	homes := make([]string, 2)
-	for i := range homes {
-		sb := s.sandbox(t, nil)
-		out, st := s.run(t, sb, sandbox.ProcSpec{}, "env")
-		require.Equal(t, 0, st.Code)
-		var env map[string]string
-		require.NoError(t, json.Unmarshal([]byte(out), &env))
-		homes[i] = env["HOME"]
-		require.NotEmpty(t, homes[i])
-	}
-	require.NotEqual(t, homes[0], homes[1], "two sandboxes share HOME")
 }
 
 // testInteractiveStdin writes lines one at a time to a process's open stdin

@@ -1,0 +1,90 @@
+package sandbox_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
+	"github.com/stretchr/testify/require"
+)
+
+// requireContained fails (or, where namespaces cannot exist, skips with the
+// reason) unless this machine can run contained sandboxes.
+func requireContained(t *testing.T) {
+	t.Helper()
+	if err := sandbox.CheckContained(); err != nil {
+		t.Skipf("contained sandboxes cannot run here: %v", err)
+	}
+}
+
+// TestContainedExercise runs the shared sandbox suite against contained
+// sandboxes. Their processes live in a PID namespace of their own, so the
+// suite cannot check pids from outside (LocalPIDs), and bwrap reports a
+// signal's death as an exit code (SignalsReported).
+func TestContainedExercise(t *testing.T) {
+	requireContained(t)
+	sandboxtest.Exercise(t, func(t *testing.T) sandbox.Provider {
+		return setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained}).local
+	}, sandboxtest.Features{SpawnErrors: true, Interactive: true})
+}
+
+// TestCheckContainedNamesWhatIsMissing: without bwrap on PATH the check,
+// and a contained Local, say so.
+func TestCheckContainedNamesWhatIsMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := sandbox.CheckContained()
+	require.ErrorContains(t, err, "bubblewrap (bwrap) is not installed")
+	_, err = sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Isolation: sandbox.IsolationContained})
+	require.ErrorContains(t, err, "bubblewrap (bwrap) is not installed")
+}
+
+func TestContainedConfigValidates(t *testing.T) {
+	root := t.TempDir()
+	for name, cfg := range map[string]sandbox.LocalConfig{
+		"unknown isolation": {Root: root, Isolation: "jail"},
+		"negative uid":      {Root: root, AgentUID: -1},
+		"relative ro path":  {Root: root, ReadOnlyPaths: []string{"opt/claude"}},
+		"default over max":  {Root: root, DefaultLimits: sandbox.Limits{Pids: 500}, MaxLimits: sandbox.Limits{Pids: 100}},
+		"cpu weight":        {Root: root, DefaultLimits: sandbox.Limits{CPUWeight: 20000}},
+	} {
+		_, err := sandbox.NewLocal(cfg)
+		require.ErrorIs(t, err, sandbox.ErrInvalid, name)
+	}
+}
+
+// TestContainedRejectsBadNetworkAndLimits: a forward on a bad port and
+// limits above the maximum fail before any process starts.
+func TestContainedRejectsBadNetworkAndLimits(t *testing.T) {
+	requireContained(t)
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained, MaxLimits: sandbox.Limits{MemoryBytes: 1 << 30}})
+	sb := b.create(t, "bad", nil)
+	_, err := sb.Start(testCtx(t), sandbox.ProcSpec{ID: "a", Argv: sandboxtest.ChildArgv("echo x"),
+		Network: &sandbox.Network{Forwards: []sandbox.Forward{{Port: 0, To: "127.0.0.1:1"}}}})
+	require.ErrorIs(t, err, sandbox.ErrInvalid)
+	_, err = sb.Start(testCtx(t), sandbox.ProcSpec{ID: "b", Argv: sandboxtest.ChildArgv("echo x"),
+		Limits: sandbox.Limits{MemoryBytes: 2 << 30}})
+	require.ErrorIs(t, err, sandbox.ErrInvalid)
+	require.ErrorContains(t, err, "above this worker's maximum")
+}
+
+// TestContainedAgentOwnsWhatTheWorkerWrites: files the worker puts into a
+// contained sandbox (WriteFile, session transcripts through HostConfigDir)
+// are the agent uid's, so the agent can change them.
+func TestContainedAgentOwnsWhatTheWorkerWrites(t *testing.T) {
+	requireContained(t)
+	if os.Geteuid() != 0 {
+		t.Skip("ownership is handed over only by a root worker; otherwise the agent uid is the worker's")
+	}
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained})
+	sb := b.create(t, "own", nil)
+	require.NoError(t, sb.WriteFile(testCtx(t), "deep/dir/prompt.txt", []byte("x")))
+	cfg := sb.(sandbox.HostConfigDir).HostConfigDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(cfg, "projects"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(cfg, "projects", "s.jsonl"), []byte("parked"), 0o600))
+	out, st := run(t, sb, sandbox.ProcSpec{}, "try-write deep/dir/prompt.txt", "try-write deep/dir/new.txt",
+		"try-read "+filepath.Join(cfg, "projects", "s.jsonl"))
+	require.Equal(t, 0, st.Code, st.StderrTail)
+	require.Equal(t, "ok\nok\nok parked\n", out)
+}
