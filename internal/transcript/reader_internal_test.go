@@ -212,14 +212,16 @@ func TestReaderLongTranscriptOnACluster(t *testing.T) {
 	// replicas still catching up under load: "no responders"); the
 	// archiver retries such a read, and so does this test.
 	var lastErr error
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		lines, complete, err := f.reader(true).Lines(context.Background(), "t", "q")
 		if err != nil {
 			lastErr = err
 			return false
 		}
 		return complete && len(lines) == len(f.want) && assert.ObjectsAreEqual(f.want, lines)
-	}, 2*time.Minute, 50*time.Millisecond, "every line read back (last error: %v)", &lastErr)
+	}, 2*time.Minute, 50*time.Millisecond, "every line read back") {
+		t.Fatalf("the last read's error: %v", lastErr)
+	}
 	require.Positive(t, created.Load(), "read through a consumer")
 	require.Eventually(t, func() bool { return f.consumers(t) == 0 }, time.Minute, 50*time.Millisecond, "no consumer left")
 }
