@@ -181,7 +181,7 @@ func (s *server) shutdown() {
 func (s *server) metrics(nc *nats.Conn, names protocol.Names) (int, error) {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	queue, err := queueMetrics(nc, names, s.cfg.workerSlots)
+	queue, err := queueMetrics(nc, names, s.cfg.workerSlots, s.cfg.tenantDefaults)
 	if err != nil {
 		return fleetcli.ExitUsage, fmt.Errorf("--worker-slots: %w", err)
 	}

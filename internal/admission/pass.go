@@ -233,6 +233,7 @@ func (tm *term) move(ctx context.Context, from, tenant, to string) (bool, error)
 	seq := strconv.FormatUint(raw.Sequence, 10)
 	wm.Header.Set(protocol.HeaderMsgID, "_admit."+seq)
 	wm.Header.Set(protocol.HeaderJobSeq, seq)
+	wm.Header.Set(protocol.HeaderSubject, raw.Subject)
 	wm.Header.Set(protocol.HeaderQueuedAt, raw.Time.UTC().Format(time.RFC3339Nano))
 	ack, err := tm.a.cfg.JS.PublishMsg(ctx, wm)
 	if err != nil {

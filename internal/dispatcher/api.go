@@ -141,6 +141,11 @@ func (h *api) sessionOp(ctx context.Context, r opRequest) protocol.APIReply {
 	case st.State.Terminal():
 		return protocol.APIReply{Status: st, Error: apiError("already_finished", "the query already ended as "+string(st.State))}
 	}
+	if r.ctl.Op == protocol.OpApprove {
+		if e := h.checkApproval(ctx, ref, r.ctl.RequestID); e != nil {
+			return protocol.APIReply{Status: st, Error: e}
+		}
+	}
 	if err := h.publishJSON(ctx, h.names.QueryCtl(ref.Tenant, ref.ID), r.ctl, ""); err != nil {
 		return protocol.APIReply{Error: apiError(protocol.CodeInternal, err.Error())}
 	}

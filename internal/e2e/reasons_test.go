@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -108,6 +109,50 @@ func TestUnreadableJobsAreDeadLetteredAndListed(t *testing.T) {
 	info, err := js.Info(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "nothing left in the work queue")
+}
+
+// A job published on a subject that names no valid tenant is dead-lettered
+// apart from every tenant's (under _invalid, not default), and its reason
+// names the subject its producer used, not the admitted copy's.
+func TestAJobOnAnInvalidTenantSubjectIsRefusedNamingItsSubject(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1})
+	fleettest.WaitReady(t, w.W)
+	url := f.Srv.ClientURL()
+	for _, subj := range []string{f.Names.Prefix() + ".jobs.Acme", f.Names.Prefix() + ".jobs.acme.team"} {
+		m := nats.NewMsg(subj)
+		m.Data = []byte(`{"id":"bad-subject","prompt":"hi"}`)
+		_, err := f.JS.PublishMsg(context.Background(), m)
+		require.NoError(t, err)
+	}
+	var dls []protocol.DeadLetter
+	fleettest.Eventually(t, wait, func() bool {
+		code, out, errOut := runCLI(t, url, "", "ls", "--dlq", "-A", "--json")
+		require.Equal(t, fleetcli.ExitOK, code, errOut)
+		var all []protocol.DeadLetter
+		require.NoError(t, json.Unmarshal([]byte(out), &all))
+		dls = dls[:0]
+		for _, d := range all {
+			require.Equal(t, protocol.InvalidTenantDLQ, d.Tenant, "dead-lettered apart from every tenant's: %+v", d)
+			dls = append(dls, d)
+		}
+		return len(dls) == 2
+	}, "two dead letters under "+protocol.InvalidTenantDLQ)
+	named := map[string]bool{}
+	for _, d := range dls {
+		require.Equal(t, protocol.CodeInvalidJob, d.Reason)
+		require.NotContains(t, d.Error, ".work.", "the admitted copy's subject is not the producer's")
+		for _, subj := range []string{f.Names.Prefix() + ".jobs.acme.team", f.Names.Prefix() + ".jobs.Acme"} {
+			if strings.Contains(d.Error, "the job came on "+subj+",") {
+				named[subj] = true
+			}
+		}
+	}
+	require.Len(t, named, 2, "each reason names the subject its job came on: %+v", dls)
+	code, out, errOut := runCLI(t, url, "", "ls", "--dlq", "--tenant", "default", "--json")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.JSONEq(t, "[]", strings.TrimSpace(out), "nothing under the default tenant")
 }
 
 // The agent's stderr is the reason when it exits without a result (Claude

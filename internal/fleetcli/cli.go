@@ -30,7 +30,7 @@ const (
 	ExitNotFound    = 3 // no such query
 	ExitCancelled   = 4 // the query was cancelled
 	ExitUnavailable = 5 // NATS or the dispatcher unreachable, or another error
-	ExitRejected    = 6 // the job was rejected as invalid
+	ExitRejected    = 6 // the job was rejected as invalid, or a command cannot apply (an answered request, an ended query)
 	ExitRunning     = 7 // status: the query has not ended yet
 	// ExitSignal + N: stopped by signal N (130 SIGINT, 143 SIGTERM); the
 	// query keeps running.
@@ -346,6 +346,10 @@ func replyError(w io.Writer, e *protocol.ErrorInfo) int {
 		return ExitNotFound
 	case protocol.CodeInvalidJob:
 		return ExitUsage
+	case "no_such_request":
+		return ExitNotFound
+	case "already_answered", "already_finished", "not_a_session":
+		return ExitRejected
 	}
 	return ExitUnavailable
 }

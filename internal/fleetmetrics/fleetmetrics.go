@@ -7,11 +7,14 @@
 //     the workers report running (discovery).
 //   - fleet_queue_wait_seconds{tenant}: how long the tenant's oldest job not
 //     yet taken has waited (0 when none waits).
-//   - fleet_desired_workers: ceil((jobs waiting + jobs running) / slots per
-//     worker), the worker count that would run everything at once. Jobs
-//     waiting for admission count too, so it is an upper bound: the KEDA
-//     ScaledObject in deploy/keda scales on the work consumer's lag, which
-//     holds only admitted jobs (at most the fleet cap).
+//   - fleet_desired_workers: ceil(jobs a worker could run now / slots per
+//     worker): the admitted jobs (running, or waiting for a worker) and the
+//     jobs admission would admit at once. A job held back by admission (a
+//     budget, a rate-limit pause, its tenant's cap, the fleet's cap) is not
+//     counted: a new worker could not start it, so an autoscaler reading
+//     this gauge starts no worker for it.
+//   - fleet_held_jobs{reason}: the jobs admission holds back, by the reason
+//     it would give (budget, rate_limited, tenant_cap, fleet_cap).
 //
 // A scrape that cannot read NATS reports fleet_metrics_up 0 and no figures
 // rather than stale ones.
@@ -21,12 +24,14 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -37,8 +42,10 @@ type Collector struct {
 	slots        int
 	timeout      time.Duration
 	now          func() time.Time
+	defaults     admission.Settings
 	depth, wait  *prometheus.Desc
 	desired, up  *prometheus.Desc
+	held         *prometheus.Desc
 	mu           sync.Mutex // one scrape at a time
 	lastSnapshot Snapshot
 }
@@ -53,9 +60,18 @@ func New(client *fleetapi.Client, slotsPerWorker int) (*Collector, error) {
 		client: client, slots: slotsPerWorker, timeout: 5 * time.Second, now: time.Now,
 		depth:   prometheus.NewDesc("fleet_queue_depth", "Jobs no worker has taken yet, by tenant.", []string{"tenant"}, nil),
 		wait:    prometheus.NewDesc("fleet_queue_wait_seconds", "How long the tenant's oldest job not yet taken has waited.", []string{"tenant"}, nil),
-		desired: prometheus.NewDesc("fleet_desired_workers", "Workers needed to run every waiting and running job at once (ceil(jobs / slots per worker)).", nil, nil),
+		desired: prometheus.NewDesc("fleet_desired_workers", desiredHelp, nil, nil),
 		up:      prometheus.NewDesc("fleet_metrics_up", "1 when the last scrape could read the queue from NATS.", nil, nil),
+		held:    prometheus.NewDesc("fleet_held_jobs", "Jobs admission holds back, by the reason it gives (budget, rate_limited, tenant_cap, fleet_cap).", []string{"reason"}, nil),
 	}, nil
+}
+
+// WithTenantDefaults sets the settings of tenants without their own (the
+// dispatcher's --tenant-max-running and --tenant-weight), which the
+// reasons a job is held back depend on.
+func (c *Collector) WithTenantDefaults(s admission.Settings) *Collector {
+	c.defaults = s
+	return c
 }
 
 // Client is the fleet client the collector reads through.
@@ -67,6 +83,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.wait
 	ch <- c.desired
 	ch <- c.up
+	ch <- c.held
 }
 
 // Collect implements prometheus.Collector.
@@ -84,7 +101,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, q.OldestWait.Seconds(), tenant)
 	}
 	ch <- prometheus.MustNewConstMetric(c.desired, prometheus.GaugeValue, float64(s.DesiredWorkers))
+	for _, reason := range heldReasons {
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(s.Held[reason]), reason)
+	}
 }
+
+const desiredHelp = "Workers needed to run every job a worker could start now: the admitted ones and those admission would admit at once (ceil(jobs / slots per worker)); jobs admission holds back are in fleet_held_jobs."
+
+// heldReasons are the reasons admission holds a job back, all reported
+// (zero included) so a dashboard's series do not come and go.
+var heldReasons = []string{protocol.ReasonBudget, protocol.ReasonRateLimited, protocol.ReasonTenantCap, protocol.ReasonFleetCap}
 
 // TenantQueue is one tenant's part of the queue.
 type TenantQueue struct {
@@ -99,6 +125,8 @@ type Snapshot struct {
 	Tenants        map[string]TenantQueue `json:"tenants"`
 	Workers        []protocol.WorkerInfo  `json:"workers"`
 	DesiredWorkers int                    `json:"desired_workers"`
+	// Held counts the jobs admission holds back, by reason.
+	Held map[string]int `json:"held"`
 }
 
 // Snapshot reads the queue: the jobs per tenant in FLEET_JOBS, the jobs the
@@ -133,20 +161,25 @@ func (c *Collector) Snapshot(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	delivered := cons.CachedInfo().Delivered.Stream
-	total := 0
+	fleetCap := cons.CachedInfo().Config.MaxAckPending
+	admitted := 0
 	counts, oldest := map[string]int{}, map[string]time.Time{}
+	unadmitted, admittedBy := map[string]int{}, map[string]int{}
 	for subj, count := range info.State.Subjects {
 		tenant, err := n.ParseJobSubject(subj)
 		if err != nil {
 			continue
 		}
 		counts[tenant] += int(count)
-		total += int(count)
 		// The oldest job not delivered: the first still waiting for
 		// admission, or the first admitted after the last one delivered.
 		from := uint64(1)
-		if _, admitted := n.ParseWorkSubject(subj); admitted {
+		if _, ok := n.ParseWorkSubject(subj); ok {
 			from = delivered + 1
+			admitted += int(count)
+			admittedBy[tenant] += int(count)
+		} else {
+			unadmitted[tenant] += int(count)
 		}
 		if m, err := st.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj)); err == nil {
 			if o, ok := oldest[tenant]; !ok || m.Time.Before(o) {
@@ -161,7 +194,58 @@ func (c *Collector) Snapshot(ctx context.Context) (Snapshot, error) {
 		}
 		s.Tenants[tenant] = q
 	}
-	s.DesiredWorkers = int(math.Ceil(float64(total) / float64(c.slots)))
+	// The admitter counts a tenant's runs as its admitted jobs.
+	admissible, held := c.hold(ctx, unadmitted, admittedBy, admitted, fleetCap)
+	s.Held = held
+	s.DesiredWorkers = int(math.Ceil(float64(admitted+admissible) / float64(c.slots)))
 	c.lastSnapshot = s
 	return s, nil
+}
+
+// hold sorts the jobs waiting for admission, per tenant, into those
+// admission would admit now (admissible) and those it holds back, by the
+// reason it would give: the admitter's own policy (admission.Policy.Decide)
+// over the tenants' settings, spend and pauses as stored in NATS.
+func (c *Collector) hold(ctx context.Context, waiting, running map[string]int, admitted, fleetCap int) (admissible int, held map[string]int) {
+	held = map[string]int{}
+	if len(waiting) == 0 {
+		return 0, held
+	}
+	js, n := c.client.JS, c.client.Names
+	tenants, _ := admission.OpenTenants(ctx, js, n, false)
+	state, _ := admission.OpenState(ctx, js, n)
+	pol := admission.Policy{Defaults: c.defaults, FleetCap: fleetCap}
+	now := c.now()
+	inFleet := admitted
+	tenantNames := make([]string, 0, len(waiting))
+	for t := range waiting {
+		tenantNames = append(tenantNames, t)
+	}
+	sort.Strings(tenantNames)
+	for _, t := range tenantNames {
+		tn := admission.Tenant{Name: t, Running: running[t]}
+		if tenants != nil {
+			if st, err := tenants.Get(ctx, t); err == nil {
+				tn.Settings = st
+			}
+		}
+		if state != nil {
+			eff := pol.Effective(tn.Settings)
+			if eff.BudgetUSD > 0 {
+				tn.Spent, _, _ = state.Spent(ctx, t, time.Duration(eff.BudgetWindow), now)
+			}
+			tn.PausedUntil, _ = state.PausedUntil(ctx, t, now)
+		}
+		for k := range waiting[t] {
+			d := pol.Decide(tn, inFleet, now)
+			if !d.Admit {
+				held[d.Reason] += waiting[t] - k
+				break
+			}
+			admissible++
+			inFleet++
+			tn.Running++
+		}
+	}
+	return admissible, held
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/discovery"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -46,7 +47,7 @@ func TestQueueMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	want := `
-# HELP fleet_desired_workers Workers needed to run every waiting and running job at once (ceil(jobs / slots per worker)).
+# HELP fleet_desired_workers ` + desiredHelp + `
 # TYPE fleet_desired_workers gauge
 fleet_desired_workers 2
 # HELP fleet_queue_depth Jobs no worker has taken yet, by tenant.
@@ -72,4 +73,49 @@ fleet_metrics_up 1
 	require.Positive(t, s.Tenants["beta"].OldestWait)
 	require.Len(t, s.Workers, 1)
 	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("acme", "long"), []byte(`{"op":"cancel"}`)))
+}
+
+// Jobs admission holds back (here by their tenant's cap) are not work a new
+// worker could start: fleet_desired_workers leaves them out, and
+// fleet_held_jobs counts them by reason.
+func TestHeldJobsAreNotDesiredWorkers(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tenants, err := admission.OpenTenants(ctx, f.JS, f.Names, true)
+	require.NoError(t, err)
+	require.NoError(t, tenants.Set(ctx, "acme", admission.Settings{MaxRunning: 1}))
+	submit := func(tenant, id string) {
+		r, err := f.Client.Submit(ctx, protocol.Job{ID: id, Tenant: tenant, Prompt: "x"})
+		require.NoError(t, err)
+		require.Nil(t, r.Error)
+	}
+	// No worker: acme's first job is admitted and waits for one, its next
+	// three are held by acme's cap; beta's job is admitted.
+	for _, id := range []string{"a1", "a2", "a3", "a4"} {
+		submit("acme", id)
+	}
+	submit("beta", "b1")
+	c, err := New(f.Client, 1)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	want := `
+# HELP fleet_desired_workers ` + desiredHelp + `
+# TYPE fleet_desired_workers gauge
+fleet_desired_workers 2
+# HELP fleet_held_jobs Jobs admission holds back, by the reason it gives (budget, rate_limited, tenant_cap, fleet_cap).
+# TYPE fleet_held_jobs gauge
+fleet_held_jobs{reason="budget"} 0
+fleet_held_jobs{reason="fleet_cap"} 0
+fleet_held_jobs{reason="rate_limited"} 0
+fleet_held_jobs{reason="tenant_cap"} 3
+`
+	var diff error
+	fleettest.Eventually(t, time.Minute, func() bool {
+		diff = testutil.GatherAndCompare(reg, strings.NewReader(want), "fleet_desired_workers", "fleet_held_jobs")
+		return diff == nil
+	}, "held jobs out of the desired workers")
+	require.NoError(t, diff)
 }

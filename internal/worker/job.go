@@ -49,6 +49,9 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	}
 
 	tenant, err := w.names.ParseJobSubject(msg.Subject())
+	if err != nil {
+		err = badSubject(w.names, msg)
+	}
 	var job *protocol.Job
 	if err == nil {
 		job, err = protocol.DecodeJob(msg.Headers().Get(protocol.HeaderContentType), msg.Data())

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +21,12 @@ import (
 // after the work queue dropped it. The copy is deduplicated by the job's
 // stream sequence, so a retry after a failed Term adds nothing.
 func deadLetter(ctx context.Context, js jetstream.JetStream, names protocol.Names, msg jetstream.Msg, tenant, reason string) error {
+	if tenant == "" {
+		if _, err := names.ParseJobSubject(msg.Subject()); err != nil {
+			// Its subject names no tenant: not the default tenant's.
+			tenant = protocol.InvalidTenantDLQ
+		}
+	}
 	dl := nats.NewMsg(names.DLQ(cmp.Or(tenant, protocol.DefaultTenant)))
 	dl.Data = msg.Data()
 	for k, v := range msg.Headers() {
@@ -106,4 +113,20 @@ func publishStatus(ctx context.Context, js jetstream.JetStream, names protocol.N
 	m.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 	_, err = js.PublishMsg(ctx, m)
 	return err
+}
+
+// badSubject is the reason a job whose subject names no valid tenant is
+// refused: it names the subject the producer published on (the admitted
+// copy's header says which), why it is refused, and where to publish.
+func badSubject(names protocol.Names, msg jetstream.Msg) error {
+	origin := msg.Subject()
+	if h := msg.Headers().Get(protocol.HeaderSubject); h != "" {
+		origin = h
+	}
+	why := "it names no tenant"
+	if _, err := names.ParseJobSubject(origin); err != nil {
+		why = strings.TrimPrefix(strings.TrimPrefix(err.Error(), "protocol: "), "invalid job: ")
+	}
+	return fmt.Errorf("%w: the job came on %s, which is refused (%s); publish jobs on %s.jobs.<tenant>, a tenant matching %s",
+		protocol.ErrInvalidJob, origin, why, names.Prefix(), protocol.TenantPattern)
 }

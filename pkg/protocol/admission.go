@@ -112,6 +112,17 @@ func (n Names) AdmitterBucket() string { return n.upper() + "_ADMITTER" }
 // events carry as job_seq.
 const HeaderJobSeq = "Fleet-Job-Seq"
 
+// HeaderSubject is set by the admitter on an admitted job: the subject the
+// job was published on, so that a job refused for its subject is refused
+// naming the subject its producer used, not the admitted copy's.
+const HeaderSubject = "Fleet-Subject"
+
+// InvalidTenantDLQ is the tenant token of the dead letters of jobs whose
+// subject names no valid tenant: <prefix>.dlq._invalid. No tenant can have
+// it (a tenant starts with a letter or digit), so such jobs never land
+// among a real tenant's dead letters.
+const InvalidTenantDLQ = "_invalid"
+
 // Queued reasons: why a job that waits was not admitted yet (the "reason" of
 // a queued status).
 const (

@@ -1,0 +1,73 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// Error codes of an approval that cannot apply.
+const (
+	codeNoSuchRequest   = "no_such_request"
+	codeAlreadyAnswered = "already_answered"
+)
+
+// checkApproval says why an approval of requestID cannot apply to the
+// query, or nil when it can: the query's agent must have asked it (an
+// awaiting_approval status naming it) and nobody answered it yet (no
+// approve on .ctl naming it). It reads the query's status and control
+// history from FLEET_QUERIES, where both are kept.
+func (q queryDeps) checkApproval(ctx context.Context, ref protocol.QueryRef, requestID string) *protocol.ErrorInfo {
+	asked, answered, err := q.approvals(ctx, ref)
+	if err != nil {
+		return apiError(protocol.CodeInternal, err.Error())
+	}
+	switch {
+	case answered[requestID]:
+		return apiError(codeAlreadyAnswered, fmt.Sprintf("permission request %s of %s/%s was already answered", requestID, ref.Tenant, ref.ID))
+	case !asked[requestID]:
+		return apiError(codeNoSuchRequest, fmt.Sprintf("%s/%s has no permission request %s", ref.Tenant, ref.ID, requestID))
+	}
+	return nil
+}
+
+// approvals reads the permission requests the query's agent made and those
+// answered so far.
+func (q queryDeps) approvals(ctx context.Context, ref protocol.QueryRef) (asked, answered map[string]bool, err error) {
+	statusSubj, ctlSubj := q.names.QueryStatus(ref.Tenant, ref.ID), q.names.QueryCtl(ref.Tenant, ref.ID)
+	cons, err := q.js.OrderedConsumer(ctx, q.names.QueriesStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{statusSubj, ctlSubj},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the query's history: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the query's history: %w", err)
+	}
+	asked, answered = map[string]bool{}, map[string]bool{}
+	for n := info.NumPending; n > 0; n-- {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the query's history: %w", err)
+		}
+		switch m.Subject() {
+		case statusSubj:
+			var ev protocol.StatusEvent
+			if json.Unmarshal(m.Data(), &ev) == nil && ev.State == protocol.StateAwaitingApproval && ev.RequestID != "" {
+				asked[ev.RequestID] = true
+			}
+		case ctlSubj:
+			op, err := protocol.DecodeCtlOp(m.Headers().Get(protocol.HeaderContentType), m.Data())
+			if err == nil && op.Op == protocol.OpApprove {
+				answered[op.RequestID] = true
+			}
+		}
+	}
+	return asked, answered, nil
+}
