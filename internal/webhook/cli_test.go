@@ -5,8 +5,8 @@ import (
 	"context"
 	"net/http"
 	"regexp"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
