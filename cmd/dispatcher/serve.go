@@ -16,9 +16,11 @@ import (
 	"github.com/agentfleet/agentfleet/internal/dashboard"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
+	"github.com/agentfleet/agentfleet/internal/httpapi"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
@@ -37,6 +39,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		ackWait, maxAge, ttl      time.Duration
 		tenantDefaults            admission.Settings
 		leaseTTL, rlPause         time.Duration
+		hookFlags                 webhook.Flags
 	)
 	config.AddCommon(fs, &common, "dispatcher")
 	fs.StringVar(&storageURL, "storage", "file://./data", "transcript storage URL (env FLEET_STORAGE)")
@@ -55,6 +58,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	fs.Float64Var(&tenantDefaults.Weight, "tenant-weight", 1, "fair-share weight of a tenant without settings (env FLEET_TENANT_WEIGHT)")
 	fs.DurationVar(&leaseTTL, "admitter-lease", 5*time.Second, "the admitter's leadership lease; a standby dispatcher takes over about this long after the admitting one dies (env FLEET_ADMITTER_LEASE)")
 	fs.DurationVar(&rlPause, "rate-limit-pause", time.Minute, "how long a tenant pauses after an API 429 with no reset time (env FLEET_RATE_LIMIT_PAUSE)")
+	webhook.AddFlags(fs, &hookFlags)
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -62,7 +66,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		fmt.Fprintln(stdio.Err, err)
 		return fleetcli.ExitUsage
 	}
-	if err := checkServeFlags(maxConc, maxDeliver, reps, ackWait, maxAge, ttl, leaseTTL, rlPause); err != nil {
+	if err := errors.Join(checkServeFlags(maxConc, maxDeliver, reps, ackWait, maxAge, ttl, leaseTTL, rlPause), hookFlags.Check()); err != nil {
 		fmt.Fprintln(stdio.Err, "dispatcher serve:", err)
 		return fleetcli.ExitUsage
 	}
@@ -138,6 +142,15 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Error().Err(err).Msg("starting the archiver")
 		return 1
 	}
+	// Webhooks read status events on a consumer of their own.
+	hooks, err := webhook.New(webhook.Config{NC: nc, Names: names, Backoff: hookFlags.Backoff, AllowPrivate: hookFlags.AllowPrivate, Replicas: reps, Logger: &log})
+	if err == nil {
+		err = hooks.Start(ctx)
+	}
+	if err != nil {
+		log.Error().Err(err).Msg("starting webhooks")
+		return 1
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	queue, err := queueMetrics(nc, names, workerSlots)
@@ -151,12 +164,17 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Error().Err(err).Msg("dashboard")
 		return 1
 	}
+	api, err := httpapi.New(httpapi.Config{Client: queue.Client(), Status: status, Objects: objects, Auth: httpapi.Auth{OperatorToken: uiToken}, Logger: &log})
+	if err != nil {
+		log.Error().Err(err).Msg("http api")
+		return 1
+	}
 	hs, err := httpserve.StartWithUI(httpAddr, func() error {
 		if svc.Ready() {
 			return nil
 		}
 		return errors.New("not ready")
-	}, reg, ui, log)
+	}, reg, httpapi.Mount(api, ui), log)
 	if err != nil {
 		log.Error().Err(err).Msg("--http")
 		return 1
@@ -172,6 +190,9 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	defer cancel()
 	_ = hs.Stop(sctx)
 	_ = ps.Stop(sctx)
+	if err := hooks.Stop(sctx); err != nil {
+		log.Warn().Err(err).Msg("stopping webhooks")
+	}
 	if err := arch.Stop(sctx); err != nil {
 		log.Warn().Err(err).Msg("stopping the archiver")
 	}
