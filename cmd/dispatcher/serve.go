@@ -16,7 +16,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/dashboard"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
-	"github.com/agentfleet/agentfleet/internal/httpapi"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
@@ -142,11 +141,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Error().Err(err).Msg("starting the archiver")
 		return 1
 	}
-	// Webhooks read status events on a consumer of their own.
-	hooks, err := webhook.New(webhook.Config{NC: nc, Names: names, Backoff: hookFlags.Backoff, AllowPrivate: hookFlags.AllowPrivate, Replicas: reps, Logger: &log})
-	if err == nil {
-		err = hooks.Start(ctx)
-	}
+	hooks, err := startWebhooks(ctx, nc, names, hookFlags, reps, &log)
 	if err != nil {
 		log.Error().Err(err).Msg("starting webhooks")
 		return 1
@@ -164,7 +159,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Error().Err(err).Msg("dashboard")
 		return 1
 	}
-	api, err := httpapi.New(httpapi.Config{Client: queue.Client(), Status: status, Objects: objects, Auth: httpapi.Auth{OperatorToken: uiToken}, Logger: &log})
+	handler, err := withAPI(queue.Client(), status, objects, uiToken, ui, &log)
 	if err != nil {
 		log.Error().Err(err).Msg("http api")
 		return 1
@@ -174,7 +169,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 			return nil
 		}
 		return errors.New("not ready")
-	}, reg, httpapi.Mount(api, ui), log)
+	}, reg, handler, log)
 	if err != nil {
 		log.Error().Err(err).Msg("--http")
 		return 1
