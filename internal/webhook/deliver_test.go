@@ -277,13 +277,15 @@ func TestPrivateURLsRefusedAtAdd(t *testing.T) {
 	require.Empty(t, fx.call(t, webhook.OpList, webhook.Request{Tenant: "t"}).Endpoints)
 }
 
-// TestSlowReceiverDoesNotSlowTheFleet: with every request to the receiver
-// blocked, a 200-job run completes all the same (the receiver still has
-// not answered one), with no more requests open at once than the bound;
-// once it answers, each job's delivery arrives, signed, once.
+// TestSlowReceiverDoesNotSlowTheFleet: a 200-job run with no webhook, then
+// one with every request to the receiver blocked: both complete, every job
+// ending, the second while the receiver has still answered nothing, with
+// no more requests open at once than the bound; once it answers, each
+// job's delivery arrives, signed, with one webhook-id per query.
 func TestSlowReceiverDoesNotSlowTheFleet(t *testing.T) {
 	const jobs = 200
 	fx := newFixture(t, 8, func(c *webhook.Config) { c.Timeout = 10 * time.Minute; c.InFlight = 3 })
+	without := fx.run(t, "plain", jobs)
 	release := make(chan struct{})
 	rc := newReceiver(t, func(*http.Request, int) int {
 		<-release
@@ -297,38 +299,14 @@ func TestSlowReceiverDoesNotSlowTheFleet(t *testing.T) {
 		}
 	})
 	fx.add(t, "bulk", rc, rc.srv.URL, "succeeded")
-	var mu sync.Mutex
-	ended := map[string]bool{}
-	all := make(chan struct{})
-	sub, err := fx.f.NC.Subscribe(fx.f.Names.QueryStatus("bulk", "*"), func(m *nats.Msg) {
-		var ev protocol.StatusEvent
-		if json.Unmarshal(m.Data, &ev) != nil || !ev.State.Terminal() {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		ended[ev.ID] = true
-		if len(ended) == jobs {
-			close(all)
-		}
-	})
-	require.NoError(t, err)
-	require.NoError(t, fx.f.NC.Flush())
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	for i := range jobs {
-		fx.f.SubmitJSON("bulk", "j"+fleettest.Itoa(i), "hi")
-	}
-	select {
-	case <-all:
-	case <-time.After(5 * wait):
-		t.Fatal("the 200-job run did not complete while the receiver was blocked")
-	}
+	with := fx.run(t, "bulk", jobs)
 	rc.mu.Lock()
 	answered, open, maxOpen := len(rc.hits), rc.open, rc.maxOpen
 	rc.mu.Unlock()
+	require.Equal(t, without, with, "as many jobs ended with the blocked receiver as without a webhook")
 	require.Zero(t, answered, "the run completed while the receiver had answered nothing")
-	require.LessOrEqual(t, maxOpen, 3, "no more requests open at once than --webhook in-flight bound")
 	require.Positive(t, open, "the receiver was holding requests while the run completed")
+	require.LessOrEqual(t, maxOpen, 3, "no more requests open at once than the in-flight bound")
 	close(release)
 	hits := rc.waitFor("every job's delivery", func(h []hit) bool {
 		got := map[string]bool{}
@@ -347,4 +325,40 @@ func TestSlowReceiverDoesNotSlowTheFleet(t *testing.T) {
 		ids[h.Query] = h.ID
 	}
 	require.Len(t, ids, jobs)
+}
+
+// run submits n jobs for tenant and waits until each has ended; it
+// returns how many ended.
+func (fx *fixture) run(t *testing.T, tenant string, n int) int {
+	t.Helper()
+	var mu sync.Mutex
+	ended := map[string]bool{}
+	all := make(chan struct{})
+	var once sync.Once
+	sub, err := fx.f.NC.Subscribe(fx.f.Names.QueryStatus(tenant, "*"), func(m *nats.Msg) {
+		var ev protocol.StatusEvent
+		if json.Unmarshal(m.Data, &ev) != nil || !ev.State.Terminal() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ended[ev.ID] = true
+		if len(ended) == n {
+			once.Do(func() { close(all) })
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, fx.f.NC.Flush())
+	defer func() { _ = sub.Unsubscribe() }()
+	for i := range n {
+		fx.f.SubmitJSON(tenant, tenant+"-j"+fleettest.Itoa(i), "hi") // Nats-Msg-Id is the id alone: unique across tenants
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * wait):
+		t.Fatalf("a %d-job run of %s did not complete", n, tenant)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return len(ended)
 }
