@@ -175,6 +175,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	a.log.Info().Str("tenant", rep.Tenant).Str("query_id", rep.ID).Bool("operator", p.Operator).Msg("submitted over HTTP")
 	ref := protocol.QueryRef{ID: rep.ID, Tenant: rep.Tenant}
+	w.Header().Set("Location", queryURL(ref, p, ""))
 	writeJSON(w, http.StatusAccepted, SubmitAnswer{ID: rep.ID, Tenant: rep.Tenant,
 		StatusURL: queryURL(ref, p, ""), EventsURL: queryURL(ref, p, "/events")})
 }

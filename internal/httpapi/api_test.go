@@ -62,6 +62,7 @@ func submit(t *testing.T, e *env, token, body string) httpapi.SubmitAnswer {
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 	var a httpapi.SubmitAnswer
 	require.NoError(t, json.Unmarshal(r.Body, &a))
+	require.Equal(t, a.StatusURL, r.Header.Get("Location"))
 	// A GET of the id answers from then on.
 	g := e.do(http.MethodGet, a.StatusURL, token, "", nil)
 	require.Equal(t, http.StatusOK, g.Status, "%s", g.Body)
@@ -146,6 +147,14 @@ func TestAPI(t *testing.T) {
 		require.Equal(t, "yes", ev.Metadata["ci"])
 	})
 
+	t.Run("a live stream dropped and resumed misses nothing", func(t *testing.T) {
+		a := submit(t, e, "", `{"id":"live1","prompt":"/standin lines=12 delay=30ms"}`)
+		first := e.streamUntil(a.EventsURL, "5")
+		require.Equal(t, "5", first[len(first)-1].ID)
+		rest := e.stream(a.EventsURL, "", "5")
+		require.Equal(t, replay(t, e, "default", "live1"), append(first, rest...))
+	})
+
 	t.Run("an id is assigned, other tenants for the operator, list pages", func(t *testing.T) {
 		a := submit(t, e, "", `{"prompt":"hi"}`)
 		require.NotEmpty(t, a.ID)
@@ -154,7 +163,7 @@ func TestAPI(t *testing.T) {
 		for i := range 5 {
 			submit(t, e, "", `{"id":"p`+strconv.Itoa(i)+`","prompt":"hi"}`)
 		}
-		want := []string{"default/" + a.ID, "default/h1", "default/p0", "default/p1", "default/p2", "default/p3", "default/p4", "other/o1"}
+		want := []string{"default/" + a.ID, "default/h1", "default/live1", "default/p0", "default/p1", "default/p2", "default/p3", "default/p4", "other/o1"}
 		slices.Sort(want)
 		// The index is written a moment after each status (the dispatcher
 		// batches its writes).

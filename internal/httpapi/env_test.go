@@ -181,3 +181,31 @@ func readSSE(r io.Reader) ([]sseEvent, error) {
 	}
 	return out, sc.Err()
 }
+
+// streamUntil reads a query's events until the line with id stopAt, then
+// drops the connection, as a client that lost it would.
+func (e *env) streamUntil(path, stopAt string) []sseEvent {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+path, nil)
+	require.NoError(e.t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var raw bytes.Buffer
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(e.t, err, "the stream ended before line %s", stopAt)
+		raw.WriteString(line)
+		if line != "\n" {
+			continue
+		}
+		evs, err := readSSE(bytes.NewReader(raw.Bytes()))
+		require.NoError(e.t, err)
+		if len(evs) > 0 && evs[len(evs)-1].ID == stopAt {
+			return evs
+		}
+	}
+}

@@ -102,6 +102,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request, p Principal) {
 	defer close(stop)
 	skipping := last > 0
 	_, err = a.cfg.Client.Follow(r.Context(), ref.Tenant, ref.ID, true, fleetapi.Follower{
+		// A query whose messages aged out of the stream ends with its
+		// status record instead of waiting for messages that will not come.
+		MustExist: true,
 		Line: func(l fleetapi.Line) {
 			if skipping {
 				if l.Seq <= last {
