@@ -44,6 +44,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
+	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -97,6 +98,13 @@ func New(cfg Config) (*Handler, error) {
 			return fmt.Sprintf("$%.4f", r.TotalCostUSD)
 		},
 		"path": func(s string) string { return url.PathEscape(s) },
+		"until": func(t time.Time) string {
+			if d := time.Until(t); d > 0 {
+				return "in " + d.Truncate(time.Second).String()
+			}
+			return "due"
+		},
+		"last": func(as []webhook.Attempt) webhook.Attempt { return as[len(as)-1] },
 	}).ParseFS(web, "web/*.html")
 	if err != nil {
 		return nil, err
@@ -213,6 +221,10 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		data["RunsPerMinute"] = n
+	}
+	// Failing webhook deliveries, when this dispatcher delivers webhooks.
+	if rep, err := webhook.Call(ctx, h.cfg.Client.NC, h.cfg.Client.Names, webhook.OpFailing, webhook.Request{}); err == nil && rep.Error == nil {
+		data["HookFailures"] = rep.Deliveries
 	}
 	h.render(w, "fleet.html", data)
 }

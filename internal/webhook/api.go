@@ -21,6 +21,9 @@ const (
 	OpList       = "ls"
 	OpRemove     = "rm"
 	OpDeliveries = "deliveries"
+	// OpFailing lists failing deliveries of every tenant (no tenant in
+	// the request): the dashboard's, for operators.
+	OpFailing = "failing"
 )
 
 // Subject is the request subject of op.
@@ -53,7 +56,7 @@ const (
 const maxDeliveries = 200
 
 func (s *Service) serveAPI() error {
-	for _, op := range []string{OpAdd, OpList, OpRemove, OpDeliveries} {
+	for _, op := range []string{OpAdd, OpList, OpRemove, OpDeliveries, OpFailing} {
 		sub, err := s.cfg.NC.QueueSubscribe(Subject(s.cfg.Names, op), "webhook-api", func(m *nats.Msg) {
 			ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
 			defer cancel()
@@ -78,6 +81,9 @@ func DecodeRequest(op string, b []byte) (Request, error) {
 	var req Request
 	if err := json.Unmarshal(b, &req); err != nil {
 		return req, fmt.Errorf("the request must be JSON {tenant,url,events,endpoint}: %w", err)
+	}
+	if op == OpFailing && req.Tenant == "" {
+		return req, nil
 	}
 	if !protocol.ValidTenant(req.Tenant) {
 		return req, fmt.Errorf("tenant %q: must match %s", req.Tenant, protocol.TenantPattern)
@@ -130,7 +136,7 @@ func (s *Service) handle(ctx context.Context, op string, b []byte) Reply {
 		}
 		return Reply{}
 	default:
-		return s.deliveries(ctx, req)
+		return s.deliveries(ctx, op, req)
 	}
 }
 
@@ -162,9 +168,12 @@ func (s *Service) add(ctx context.Context, req Request) Reply {
 	return Reply{Endpoint: &ep}
 }
 
-func (s *Service) deliveries(ctx context.Context, req Request) Reply {
+func (s *Service) deliveries(ctx context.Context, op string, req Request) Reply {
 	prefix := req.Tenant + ".*.*"
-	if req.Endpoint != "" {
+	switch {
+	case req.Tenant == "":
+		prefix = "*.*.*"
+	case req.Endpoint != "":
 		prefix = req.Tenant + "." + req.Endpoint + ".*"
 	}
 	kl, err := s.delivs.ListKeysFiltered(ctx, prefix)
@@ -181,7 +190,7 @@ func (s *Service) deliveries(ctx context.Context, req Request) Reply {
 			continue
 		}
 		var d Delivery
-		if json.Unmarshal(e.Value(), &d) == nil {
+		if json.Unmarshal(e.Value(), &d) == nil && (op != OpFailing || !d.Done && len(d.Attempts) > 0) {
 			d.Body = nil
 			out = append(out, d)
 		}
