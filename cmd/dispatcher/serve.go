@@ -159,7 +159,7 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 		log.Error().Err(err).Msg("dashboard")
 		return 1
 	}
-	handler, err := withAPI(queue.Client(), status, objects, uiToken, ui, &log)
+	handler, err := withAPI(queue.Client(), status, objects, uiToken, nil, ui, &log)
 	if err != nil {
 		log.Error().Err(err).Msg("http api")
 		return 1

@@ -25,10 +25,12 @@ func startWebhooks(ctx context.Context, nc *nats.Conn, names protocol.Names, f w
 }
 
 // withAPI serves /v1 (SPEC §16) beside ui. The operator's token is
-// --ui-token; with none, loopback is open as for the dashboard. Tenant
-// tokens (§12) plug in as httpapi.Auth.TenantToken.
-func withAPI(client *fleetapi.Client, status, objects storage.Store, uiToken string, ui http.Handler, log *zerolog.Logger) (http.Handler, error) {
-	api, err := httpapi.New(httpapi.Config{Client: client, Status: status, Objects: objects, Auth: httpapi.Auth{OperatorToken: uiToken}, Logger: log})
+// --ui-token; with none (and no tenant tokens), loopback is open as for the
+// dashboard. tenantToken verifies §12's tenant tokens (tenancy.VerifyToken
+// with --auth-dir bound); nil: none are accepted.
+func withAPI(client *fleetapi.Client, status, objects storage.Store, uiToken string, tenantToken func(string) (string, error), ui http.Handler, log *zerolog.Logger) (http.Handler, error) {
+	auth := httpapi.Auth{OperatorToken: uiToken, TenantToken: tenantToken}
+	api, err := httpapi.New(httpapi.Config{Client: client, Status: status, Objects: objects, Auth: auth, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -225,11 +226,11 @@ func attemptError(err error) string {
 	if errors.As(err, &ue) && ue.Unwrap() != nil {
 		err = ue.Unwrap()
 	}
-	msg := err.Error()
-	if strings.Contains(msg, "Client.Timeout") || errors.Is(err, context.DeadlineExceeded) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout") {
 		return "timed out"
 	}
-	return msg
+	return err.Error()
 }
 
 // sweepLoop picks up due deliveries that are not in hand: after a

@@ -193,6 +193,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		go func() { s.wg.Wait(); close(done) }()
 		select {
 		case <-done:
+			s.client.CloseIdleConnections()
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -210,10 +211,12 @@ func (s *Service) stop() {
 	if s.watch != nil {
 		_ = s.watch.Stop()
 	}
+	// Cancelled under mu: senderFor (which starts goroutines) holds it and
+	// checks the context, so none starts once Stop waits for them.
+	s.mu.Lock()
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.mu.Lock()
 	for _, sd := range s.senders {
 		sd.close()
 	}
