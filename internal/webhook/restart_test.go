@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 )
 
@@ -51,4 +52,41 @@ func TestRestartLosesNoDelivery(t *testing.T) {
 			require.Equal(t, first[0].WebhookID, h.ID, "the same webhook-id after the restart")
 		}
 	}
+}
+
+// TestTwoDispatchersDeliverOnce: with two services (two dispatchers)
+// sharing the consumer and the buckets, and both sweeping, each delivery
+// is made once: an attempt is claimed in the record before it is made.
+func TestTwoDispatchersDeliverOnce(t *testing.T) {
+	fx := newFixture(t, 4, nil)
+	other, err := webhook.New(webhook.Config{NC: fx.f.NC, Names: fx.f.Names, Backoff: 20 * time.Millisecond, AllowPrivate: true,
+		Timeout: 5 * time.Second, Sweep: 10 * time.Millisecond, Logger: &fx.f.Logger})
+	require.NoError(t, err)
+	require.NoError(t, other.Start(context.Background()))
+	t.Cleanup(func() { _ = other.Stop(context.Background()) })
+	rc := newReceiver(t, func(*http.Request, int) int { return http.StatusOK })
+	fx.add(t, "two", rc, rc.srv.URL, "succeeded")
+	const n = 30
+	fx.run(t, "two", n)
+	hits := rc.waitFor("every delivery", func(h []hit) bool {
+		got := map[string]bool{}
+		for _, x := range h {
+			got[x.Query] = true
+		}
+		return len(got) == n
+	})
+	// Every delivery recorded done, then no more requests than deliveries.
+	fleettest.Eventually(t, wait, func() bool {
+		done := 0
+		for _, d := range fx.deliveries(t, "two", "") {
+			if d.Done {
+				done++
+			}
+		}
+		return done == n
+	}, "every delivery recorded done")
+	rc.mu.Lock()
+	hits = append(hits[:0:0], rc.hits...)
+	rc.mu.Unlock()
+	require.Len(t, hits, n, "each delivery made once")
 }

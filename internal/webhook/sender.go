@@ -106,9 +106,21 @@ func (s *Service) deliver(key string) {
 		s.schedule(ep, key, wait)
 		return
 	}
+	// Claim the attempt: its record says it is due only after the attempt
+	// could have ended, written only if nobody changed it since it was
+	// read. Another dispatcher's sweeper then leaves it alone, and if this
+	// one dies mid-attempt the claim runs out and the attempt is made again.
+	claim := d
+	claim.NextRetry = now.Add(s.cfg.Timeout + s.cfg.Sweep).UTC()
+	cb, _ := json.Marshal(claim)
+	rev, err := s.delivs.Update(ctx, key, cb, e.Revision())
+	if err != nil {
+		s.release(key) // another dispatcher has it, or the bucket is away: the sweeper decides
+		return
+	}
 	a := s.post(ctx, ep, d)
 	if ctx.Err() != nil {
-		s.release(key) // stopping: not an attempt; the next service makes it
+		s.release(key) // stopping: not an attempt; the claim runs out and the next service makes it
 		return
 	}
 	d.Attempts = append(d.Attempts, a)
@@ -123,7 +135,7 @@ func (s *Service) deliver(key string) {
 		}
 	}
 	b, _ := json.Marshal(d)
-	if _, err := s.delivs.Update(ctx, key, b, e.Revision()); err != nil {
+	if _, err := s.delivs.Update(ctx, key, b, rev); err != nil {
 		s.log.Warn().Err(err).Str("webhook_id", d.WebhookID).Msg("recording a webhook attempt")
 	}
 	if !d.Done && !d.GaveUp {
