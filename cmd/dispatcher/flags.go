@@ -13,6 +13,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -24,6 +25,7 @@ type serveConfig struct {
 	storageURL, statusURL         string
 	httpAddr, pprofAddr, uiToken  string
 	authDir                       string
+	hooks                         webhook.Flags
 	maxConc, maxDeliver, replicas int
 	workerSlots                   int
 	ackWait, maxAge, sessionTTL   time.Duration
@@ -39,6 +41,7 @@ func (c *serveConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics and the dashboard at /; 127.0.0.1:0 = off (env FLEET_HTTP)")
 	fs.StringVar(&c.uiToken, "ui-token", "", "token the dashboard requires (Authorization: Bearer, or /login); unset: loopback clients only (env FLEET_UI_TOKEN)")
 	fs.StringVar(&c.authDir, "auth-dir", "", "the directory of 'auth init': the dashboard takes its tenants' tokens, each reaching only its tenant (env FLEET_AUTH_DIR)")
+	webhook.AddFlags(fs, &c.hooks)
 	fs.IntVar(&c.maxConc, "max-concurrency", 64, "fleet-wide concurrency: the work consumer's MaxAckPending (env FLEET_MAX_CONCURRENCY)")
 	fs.DurationVar(&c.ackWait, "ack-wait", 30*time.Second, "work consumer ack deadline; workers heartbeat within it (env FLEET_ACK_WAIT)")
 	fs.IntVar(&c.maxDeliver, "max-deliver", 5, "attempts before a job is dead-lettered (env FLEET_MAX_DELIVER)")
@@ -75,7 +78,7 @@ func (c serveConfig) validate() error {
 	case c.rateLimitPause <= 0:
 		return fmt.Errorf("--rate-limit-pause %s: must be positive", c.rateLimitPause)
 	}
-	return nil
+	return c.hooks.Check()
 }
 
 // dispatcher is the dispatcher's configuration.

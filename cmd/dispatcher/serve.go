@@ -30,6 +30,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
@@ -87,6 +88,7 @@ type server struct {
 	objects, status storage.Store
 	disp            *dispatcher.Service
 	arch            *archiver.Service
+	hooks           *webhook.Service
 	reg             *prometheus.Registry
 	ui              http.Handler
 	http            *httpserve.Server
@@ -149,6 +151,12 @@ func (s *server) run(ctx context.Context) int {
 		s.log.Error().Err(err).Msg("starting the archiver")
 		return 1
 	}
+	hooks, err := startWebhooks(ctx, s.nc, protocol.NewNames(s.cfg.common.Prefix), s.cfg.hooks, s.cfg.replicas, &s.log)
+	if err != nil {
+		s.log.Error().Err(err).Msg("starting webhooks")
+		return 1
+	}
+	s.hooks = hooks
 	if err := s.listen(); err != nil {
 		s.log.Error().Err(err).Msg("listening")
 		return 1
@@ -167,6 +175,11 @@ func (s *server) shutdown() {
 	}
 	if s.pprof != nil {
 		_ = s.pprof.Stop(ctx)
+	}
+	if s.hooks != nil {
+		if err := s.hooks.Stop(ctx); err != nil {
+			s.log.Warn().Err(err).Msg("stopping webhooks")
+		}
 	}
 	if err := s.arch.Stop(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("stopping the archiver")
@@ -190,9 +203,13 @@ func (s *server) metrics(nc *nats.Conn, names protocol.Names) (int, error) {
 	if err != nil {
 		return fleetcli.ExitUsage, fmt.Errorf("--auth-dir: %w", err)
 	}
-	s.ui, err = dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: s.cfg.uiToken, Tenants: tenants, Objects: s.objects, Logger: &s.log})
+	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: s.cfg.uiToken, Tenants: tenants, Objects: s.objects, Logger: &s.log})
 	if err != nil {
 		return 1, fmt.Errorf("dashboard: %w", err)
+	}
+	s.ui, err = withAPI(queue.Client(), s.status, s.objects, s.cfg.uiToken, tenants, ui, &s.log)
+	if err != nil {
+		return 1, fmt.Errorf("http api: %w", err)
 	}
 	return 0, nil
 }

@@ -46,6 +46,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
+	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -104,6 +105,13 @@ func New(cfg Config) (*Handler, error) {
 			return fmt.Sprintf("$%.4f", r.TotalCostUSD)
 		},
 		"path": url.PathEscape,
+		"until": func(t time.Time) string {
+			if d := time.Until(t); d > 0 {
+				return "in " + d.Truncate(time.Second).String()
+			}
+			return "due"
+		},
+		"last": func(as []webhook.Attempt) webhook.Attempt { return as[len(as)-1] },
 	}).ParseFS(web, "web/*.html")
 	if err != nil {
 		return nil, err
@@ -244,6 +252,10 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		data["RunsPerMinute"] = n
+	}
+	// Failing webhook deliveries, when this dispatcher delivers webhooks.
+	if rep, err := webhook.Call(ctx, h.cfg.Client.NC, h.cfg.Client.Names, webhook.OpFailing, webhook.Request{}); err == nil && rep.Error == nil {
+		data["HookFailures"] = rep.Deliveries
 	}
 	h.render(w, "fleet.html", data)
 }

@@ -305,3 +305,23 @@ func TestBrowser(t *testing.T) {
 	defer mu.Unlock()
 	require.Empty(t, problems, "console errors")
 }
+
+// TestBrowserShowsTheAnswerAndEachStateOnce: the query page shows the
+// result's text (the answer), and a state reported twice in a row once.
+func TestBrowserShowsTheAnswerAndEachStateOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	ctx := browser(t)
+	submit(t, b.f, "ans-1", "what is the answer")
+	b.f.Follow("default", "ans-1", wait)
+	var transcript, timeline string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/q/default/ans-1"),
+		chromedp.WaitVisible(".answer", chromedp.ByQuery),
+		chromedp.Text("#transcript", &transcript, chromedp.ByID),
+		chromedp.Text("#timeline", &timeline, chromedp.ByID),
+	))
+	require.Contains(t, transcript, "Answer: [stand-in agent]")
+	require.Equal(t, 1, strings.Count(timeline, "running"), timeline)
+	require.Equal(t, 1, strings.Count(timeline, "succeeded"), timeline)
+}

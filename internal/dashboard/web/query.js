@@ -61,7 +61,9 @@
         var stats = "turns " + (m.num_turns || 0) + " · cost $" + (m.total_cost_usd || 0).toFixed(4) + " · " + ((m.duration_ms || 0) / 1000).toFixed(1) + "s";
         var why = m.x_fleet && m.x_fleet.synthetic ? (m.x_fleet.reason === "cancelled" ? "cancelled" : "failed (worker: " + m.x_fleet.reason + ")") : "failed (" + m.subtype + ")";
         add(m.is_error ? "err" : "text", (m.is_error ? "✗ " + why : "✓ done") + " · " + stats);
-        if (m.is_error && m.result) { add("err", clip(m.result, 500)); }
+        // The result text is the run's answer; on an error it says why,
+        // and differs from the last assistant line.
+        if (m.result) { add(m.is_error ? "err" : "answer", (m.is_error ? "" : "Answer: ") + clip(m.result, 4000)); }
         resultEl.textContent = "cost $" + (m.total_cost_usd || 0).toFixed(4);
         break;
       case "x_text":
@@ -69,7 +71,13 @@
         break;
     }
   }
+  var lastStatus = "";
   function status(ev) {
+    // A worker may report one state twice (running, then running with
+    // its checkout): the timeline shows each change once.
+    var key = [ev.state, ev.attempt, ev.worker, ev.turn, ev.request_id, ev.error && ev.error.code].join("|");
+    if (key === lastStatus) { return; }
+    lastStatus = key;
     var li = document.createElement("li");
     var s = new Date(ev.at).toLocaleTimeString() + " " + ev.state;
     if (ev.attempt) { s += " · attempt " + ev.attempt; }
