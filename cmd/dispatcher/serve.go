@@ -153,6 +153,10 @@ func (s *server) run(ctx context.Context) int {
 	}
 	hooks, err := startWebhooks(ctx, s.nc, protocol.NewNames(s.cfg.common.Prefix), s.cfg.hooks, s.cfg.replicas, &s.log)
 	if err != nil {
+		if ctx.Err() != nil { // told to stop while starting: a shutdown, not a failure
+			s.log.Info().Msg("shutting down")
+			return s.exit()
+		}
 		s.log.Error().Err(err).Msg("starting webhooks")
 		return 1
 	}
