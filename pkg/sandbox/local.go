@@ -423,6 +423,9 @@ func (s *localSandbox) environ(procEnv map[string]string, cwd string) (map[strin
 	env := make(map[string]string, len(baseEnvAllow)+len(s.l.cfg.EnvAllow)+len(s.l.cfg.Env)+len(s.env)+len(procEnv)+5)
 	for _, names := range [][]string{baseEnvAllow, s.l.cfg.EnvAllow} {
 		for _, name := range names {
+			if workerModelCredential(name) {
+				continue // the gateway's (modelcred.go)
+			}
 			if v, ok := os.LookupEnv(name); ok {
 				env[name] = v
 			}
