@@ -97,7 +97,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Runner: runner, Journal: p.jl, LineLimit: lineLimit, Workspaces: workspaces, EnvAllow: o.jobEnvAllow, ShutdownGrace: o.grace, Logger: &log,
 		Metrics:     worker.NewMetrics(p.reg, o.slots, p.jl.Backlog),
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
-		Checkpoints: p.objects, Gateway: p.gw,
+		Checkpoints: p.objects, Gateway: p.gw, TenantBudget: worker.TenantBudgets(js, p.names, log),
 	})
 	if err != nil {
 		return nil, failed(2, "worker", err)

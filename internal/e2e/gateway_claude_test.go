@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
 	"github.com/agentfleet/agentfleet/internal/claudetest"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
@@ -50,7 +51,9 @@ func setupGateway(t *testing.T, reply anthropicfake.ReplyFunc) *gwBundle {
 	t.Cleanup(func() { _ = gw.Stop(context.Background()) })
 	w := b.f.StartWorker(fleettest.WorkerOpts{Slots: 1, SandboxEnv: map[string]string{"IS_SANDBOX": "1"},
 		AgentMod: func(c *agent.Config) { c.Command = []string{claude} },
-		Mod:      func(c *worker.Config) { c.Gateway = gw }})
+		Mod: func(c *worker.Config) {
+			c.Gateway, c.TenantBudget = gw, worker.TenantBudgets(b.f.JS, b.f.Names, b.f.Logger)
+		}})
 	fleettest.WaitReady(t, w.W)
 	return b
 }
@@ -191,6 +194,39 @@ func TestClaudeGatewaySessionCap(t *testing.T) {
 			require.Equal(t, protocol.StateFailed, ev.State)
 		}
 	}
+}
+
+// The tenant's budget is enforced live: its settings leave $0.40 in the
+// window, the run's first call costs more, and the run ends failed /
+// budget saying so, its total the metered spend.
+func TestClaudeGatewayTenantBudget(t *testing.T) {
+	t.Parallel()
+	b := setupGateway(t, func(r *anthropicfake.Request) anthropicfake.Reply {
+		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.ToolUse("Bash", map[string]any{"command": "echo more", "description": "more"})},
+			Usage: &anthropicfake.Usage{InputTokens: 200_000, OutputTokens: 100}}
+	})
+	f := b.f
+	ctx := context.Background()
+	tenants, err := admission.OpenTenants(ctx, f.JS, f.Names, true)
+	require.NoError(t, err)
+	require.NoError(t, tenants.Set(ctx, "budgeted", admission.Settings{BudgetUSD: 0.4, BudgetWindow: admission.Duration(time.Hour)}))
+	body, err := json.Marshal(protocol.Job{ID: "gw-t", Prompt: "spend", Options: protocol.Options{AllowedTools: []string{"Bash"}}})
+	require.NoError(t, err)
+	f.PublishJob("budgeted", body, nil)
+	r := f.Follow("budgeted", "gw-t", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.NotNil(t, r.Final.Error)
+	require.Equal(t, protocol.CodeBudget, r.Final.Error.Code, r.Final.Error.Message)
+	require.Contains(t, r.Final.Error.Message, "the tenant's model budget is used up")
+	evs := modelEvents(t, f, "budgeted", "gw-t")
+	require.NotEmpty(t, evs)
+	sum := 0.0
+	for _, ev := range evs {
+		sum += ev.CostUSD
+	}
+	require.InDelta(t, sum, r.Final.Result.TotalCostUSD, 1e-9)
+	require.Greater(t, sum, 0.4)
+	require.Len(t, b.fake.Conversation(), 1, "the crossing call was the last one forwarded")
 }
 
 // A job may not set the model's variables: the job is invalid, saying why.

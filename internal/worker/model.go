@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/pkg/agent"
@@ -174,5 +176,28 @@ func waitModelCall(ctx context.Context, js jetstream.JetStream, names protocol.N
 			return fmt.Errorf("waiting for model call %d: %w", want, err)
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// TenantBudgets is a Config.TenantBudget that reads what is left of a
+// tenant's budget (admission.Remaining: its settings in FLEET_TENANTS less
+// the window's recorded spend) when a run opens; the run's gateway compares
+// it with the live spend of the tenant's runs on this worker. It is read
+// once per run: spend recorded elsewhere while the run goes is not seen
+// until the next run opens. A failed read does not limit the run (logged;
+// admission still holds the tenant's next jobs).
+func TenantBudgets(js jetstream.JetStream, names protocol.Names, log zerolog.Logger) func(tenant string) func() (float64, bool) {
+	return func(tenant string) func() (float64, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		rem, limited, err := admission.Remaining(ctx, js, names, tenant, time.Now())
+		if err != nil {
+			log.Warn().Err(err).Str("tenant", tenant).Msg("reading the tenant's budget; the run is not limited by it")
+			return nil
+		}
+		if !limited {
+			return nil
+		}
+		return func() (float64, bool) { return rem, true }
 	}
 }
