@@ -92,7 +92,9 @@ func newMode(q *query, env map[string]string) mode {
 	} else {
 		m = &oneShot{q: q, env: env}
 	}
-	if q.w.cfg.Gateway != nil {
+	if q.w.cfg.Gateway != nil && cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox) == protocol.SandboxLocal {
+		// A Cloudflare sandbox cannot reach the worker's loopback: its
+		// bridge adds the credential at its egress (docs/gateway.md).
 		m = &meteredMode{mode: m, q: q, env: env}
 	}
 	if t := q.w.cfg.Test; t.RunStarted != nil || t.RunEnded != nil {
