@@ -63,13 +63,17 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 	q := m.q
 	w, job := q.w, q.job
 	hctx, cancel := context.WithTimeout(ctx, modelHistoryTimeout)
-	last, spent, err := modelHistory(hctx, w.js, w.names, job.Tenant, job.ID)
+	stored, last, spent, err := modelHistory(hctx, w.js, w.names, job.Tenant, job.ID)
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil {
-			return agent.Outcome{}, fmt.Errorf("reading the query's model calls: %w", err)
+		if c := stopCause(ctx); c != nil {
+			if errors.Is(c, agent.ErrHandback) {
+				return agent.Outcome{HandedBack: true}, nil
+			}
+			reason, msg := agent.ReasonFor(c)
+			return syntheticEnd(emit, reason, msg)
 		}
-		return agent.Outcome{HandedBack: errors.Is(context.Cause(ctx), agent.ErrHandback)}, nil
+		return agent.Outcome{}, fmt.Errorf("reading the query's model calls: %w", err)
 	}
 	m.earlier = spent
 	info := gateway.RunInfo{Tenant: job.Tenant, QueryID: job.ID, Attempt: q.attempt, FirstCall: last + 1, SpentUSD: spent,
@@ -90,7 +94,7 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 		// The events go out asynchronously: the status that reports
 		// their sum follows them, and the next run numbers on from them.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), modelHistoryTimeout)
-		if err := waitModelCall(wctx, w.js, w.names, job.Tenant, job.ID, last+m.sum.Calls); err != nil {
+		if err := waitModelEvents(wctx, w.js, w.names, job.Tenant, job.ID, stored+m.sum.Calls); err != nil {
 			q.log.Warn().Err(err).Msg("the run's model events are not all stored yet")
 		}
 		cancel()
@@ -117,31 +121,23 @@ func (m *meteredMode) finish(ctx context.Context, ev protocol.StatusEvent) proto
 	return ev
 }
 
-// modelHistory reads a query's stored .model events: the last call's
-// number and the sum of their costs.
-func modelHistory(ctx context.Context, js jetstream.JetStream, names protocol.Names, tenant, id string) (last int, spent float64, err error) {
+// modelHistory reads a query's stored .model events: how many, the last
+// call's number and the sum of their costs.
+func modelHistory(ctx context.Context, js jetstream.JetStream, names protocol.Names, tenant, id string) (n, last int, spent float64, err error) {
 	subj := names.QueryModel(tenant, id)
-	s, err := js.Stream(ctx, names.QueriesStream())
-	if err != nil {
-		return 0, 0, err
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return 0, 0, err
-	}
-	n := int(info.State.Subjects[subj])
-	if n == 0 {
-		return 0, 0, nil
+	s, n, err := modelCount(ctx, js, names, subj)
+	if err != nil || n == 0 {
+		return 0, 0, 0, err
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, InactiveThreshold: jsconsumer.InactiveThreshold})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer jsconsumer.Release(js, names.QueriesStream(), cons)
 	for got := 0; got < n; {
 		batch, err := cons.Fetch(n-got, jetstream.FetchMaxWait(modelHistoryTimeout/2))
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		k := 0
 		for msg := range batch.Messages() {
@@ -153,27 +149,42 @@ func modelHistory(ctx context.Context, js jetstream.JetStream, names protocol.Na
 			last, spent = max(last, ev.Call), spent+ev.CostUSD
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		if k == 0 {
-			return 0, 0, fmt.Errorf("%d of %d model events of the query could not be read", n-got, n)
+			return 0, 0, 0, fmt.Errorf("%d of %d model events of the query could not be read", n-got, n)
 		}
 		got += k
 	}
-	return last, spent, nil
+	return n, last, spent, nil
 }
 
-// waitModelCall waits until the query's last stored .model event is call
-// want or later.
-func waitModelCall(ctx context.Context, js jetstream.JetStream, names protocol.Names, tenant, id string, want int) error {
+// modelCount is how many messages the stream holds on subj.
+func modelCount(ctx context.Context, js jetstream.JetStream, names protocol.Names, subj string) (jetstream.Stream, int, error) {
+	s, err := js.Stream(ctx, names.QueriesStream())
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, int(info.State.Subjects[subj]), nil
+}
+
+// waitModelEvents waits until the stream holds want .model events of the
+// query (they are published asynchronously, and concurrent calls may be
+// stored out of their numbers' order, so they are counted).
+func waitModelEvents(ctx context.Context, js jetstream.JetStream, names protocol.Names, tenant, id string, want int) error {
+	subj := names.QueryModel(tenant, id)
 	backoff := 5 * time.Millisecond
 	for {
-		ev, err := gateway.LastCall(ctx, js, names, tenant, id)
-		if err == nil && ev.Call >= want {
+		_, n, err := modelCount(ctx, js, names, subj)
+		if err == nil && n >= want {
 			return nil
 		}
 		if err := sleepCtx(ctx, backoff); err != nil {
-			return fmt.Errorf("waiting for model call %d: %w", want, err)
+			return fmt.Errorf("waiting for %d model events (%d stored): %w", want, n, err)
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
