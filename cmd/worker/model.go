@@ -74,13 +74,7 @@ func startGateway(o *options, nc *nats.Conn, js jetstream.JetStream, names proto
 	cfg := gateway.Config{
 		Upstream: o.modelUpstream, Prices: o.modelPrices, Logger: &log,
 		Publisher: gateway.JetStreamPublisher{JS: js, Names: names, Logger: &log},
-		OnRateLimit: func(rl gateway.RateLimit) {
-			if line, ok := rl.AdmissionLine(); ok {
-				if err := nc.Publish(names.RateLimitSubject(rl.Tenant), line); err != nil {
-					log.Warn().Err(err).Str("tenant", rl.Tenant).Msg("forwarding the model's rate limit to admission")
-				}
-			}
-		},
+		OnRateLimit: worker.ForwardRateLimits(nc, names, log),
 	}
 	cfg.CredentialsFromEnv(os.Getenv)
 	if cfg.APIKey == "" && cfg.OAuthToken == "" && cfg.AuthToken == "" {

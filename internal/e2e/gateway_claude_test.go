@@ -10,9 +10,11 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -44,7 +46,8 @@ func setupGateway(t *testing.T, reply anthropicfake.ReplyFunc) *gwBundle {
 	b := &gwBundle{fake: anthropicfake.New(t, reply)}
 	b.f = fleettest.New(t, fleettest.Opts{AckWait: 5 * time.Second})
 	gw, err := gateway.Start(gateway.Config{Upstream: b.fake.URL, APIKey: gwKey, Logger: &b.f.Logger,
-		Publisher: gateway.JetStreamPublisher{JS: b.f.JS, Names: b.f.Names}})
+		Publisher:   gateway.JetStreamPublisher{JS: b.f.JS, Names: b.f.Names},
+		OnRateLimit: worker.ForwardRateLimits(b.f.NC, b.f.Names, b.f.Logger)})
 	require.NoError(t, err)
 	b.gw = gw
 	// Registered before the worker's: stopped after it, as the command does.
@@ -227,6 +230,45 @@ func TestClaudeGatewayTenantBudget(t *testing.T) {
 	require.InDelta(t, sum, r.Final.Result.TotalCostUSD, 1e-9)
 	require.Greater(t, sum, 0.4)
 	require.Len(t, b.fake.Conversation(), 1, "the crossing call was the last one forwarded")
+}
+
+// An upstream 429 passes through to the agent (which retries) and goes to
+// admission as a rate-limit line for the tenant.
+func TestClaudeGatewayRateLimitReachesAdmission(t *testing.T) {
+	t.Parallel()
+	var limited atomic.Bool
+	b := setupGateway(t, func(r *anthropicfake.Request) anthropicfake.Reply {
+		if limited.CompareAndSwap(false, true) {
+			return anthropicfake.Reply{Status: 429, Header: map[string]string{"retry-after-ms": "300"}}
+		}
+		return text("after the limit")
+	})
+	f := b.f
+	lines := make(chan *nats.Msg, 16)
+	sub, err := f.NC.ChanSubscribe(f.Names.RateLimitSubject("default"), lines)
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, f.NC.Flush())
+	f.SubmitJSON("default", "gw-rl", "hello")
+	r := f.Follow("default", "gw-rl", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	require.Equal(t, "after the limit", results(r)[0]["result"], "the agent retried after the 429")
+	for {
+		select {
+		case m := <-lines:
+			if !strings.Contains(string(m.Data), "model gateway") {
+				continue // the agent's own rate_limit_event lines go there too
+			}
+			until, hit := admission.RateLimitUntil(m.Data, time.Now(), time.Minute)
+			require.True(t, hit, "admission reads it as a rate limit: %s", m.Data)
+			require.False(t, until.IsZero())
+			evs := modelEvents(t, f, "default", "gw-rl")
+			require.Equal(t, 429, evs[0].Status, "the 429 is a call, with its event")
+			return
+		case <-time.After(wait):
+			t.Fatal("no rate-limit line from the gateway")
+		}
+	}
 }
 
 // A job may not set the model's variables: the job is invalid, saying why.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -210,5 +211,21 @@ func TenantBudgets(js jetstream.JetStream, names protocol.Names, log zerolog.Log
 			return nil
 		}
 		return func() (float64, bool) { return rem, true }
+	}
+}
+
+// ForwardRateLimits is a gateway.Config.OnRateLimit: an upstream 429 goes
+// to admission (protocol.Names.RateLimitSubject, as a rejected
+// rate_limit_event line), which pauses the tenant until the time the
+// upstream said. A 529 (overloaded) is not the tenant's limit: dropped.
+func ForwardRateLimits(nc *nats.Conn, names protocol.Names, log zerolog.Logger) func(gateway.RateLimit) {
+	return func(rl gateway.RateLimit) {
+		line, ok := rl.AdmissionLine()
+		if !ok {
+			return
+		}
+		if err := nc.Publish(names.RateLimitSubject(rl.Tenant), line); err != nil {
+			log.Warn().Err(err).Str("tenant", rl.Tenant).Msg("forwarding the model's rate limit to admission")
+		}
 	}
 }
