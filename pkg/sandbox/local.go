@@ -172,7 +172,8 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: new local provider: %w", err)
 	}
-	cfg.EnvAllow = slices.Clone(cfg.EnvAllow)
+	// Never the worker's model credential: the gateway's (modelcred.go).
+	cfg.EnvAllow = slices.DeleteFunc(slices.Clone(cfg.EnvAllow), workerModelCredential)
 	cfg.Env = maps.Clone(cfg.Env)
 	l := &Local{
 		pool:      pool,
@@ -423,9 +424,6 @@ func (s *localSandbox) environ(procEnv map[string]string, cwd string) (map[strin
 	env := make(map[string]string, len(baseEnvAllow)+len(s.l.cfg.EnvAllow)+len(s.l.cfg.Env)+len(s.env)+len(procEnv)+5)
 	for _, names := range [][]string{baseEnvAllow, s.l.cfg.EnvAllow} {
 		for _, name := range names {
-			if workerModelCredential(name) {
-				continue // the gateway's (modelcred.go)
-			}
 			if v, ok := os.LookupEnv(name); ok {
 				env[name] = v
 			}
