@@ -73,7 +73,7 @@ func startGateway(o *options, nc *nats.Conn, js jetstream.JetStream, names proto
 	}
 	cfg := gateway.Config{
 		Upstream: o.modelUpstream, Prices: o.modelPrices, Logger: &log,
-		Publisher: gateway.JetStreamPublisher{JS: js, Names: names, Logger: &log},
+		Publisher:   gateway.JetStreamPublisher{JS: js, Names: names, Logger: &log},
 		OnRateLimit: worker.ForwardRateLimits(nc, names, log),
 	}
 	cfg.CredentialsFromEnv(os.Getenv)
