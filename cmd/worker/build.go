@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/jsretry"
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
@@ -47,6 +48,8 @@ type parts struct {
 	jl      *journal.Journal
 	reg     *prometheus.Registry
 	w       *worker.Worker
+	// gw is the model gateway (nil: none); stopped after the worker.
+	gw *gateway.Gateway
 }
 
 // build makes the worker and what it needs, on a connection to NATS.
@@ -79,6 +82,14 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 	if err != nil {
 		return nil, failed(2, "agent runner", err)
 	}
+	if p.gw, err = startGateway(o, nc, js, p.names, log); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			stopGateway(p.gw, log)
+		}
+	}()
 	p.reg = prometheus.NewRegistry()
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.w, err = worker.New(worker.Config{
@@ -86,7 +97,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Runner: runner, Journal: p.jl, LineLimit: lineLimit, Workspaces: workspaces, EnvAllow: o.jobEnvAllow, ShutdownGrace: o.grace, Logger: &log,
 		Metrics:     worker.NewMetrics(p.reg, o.slots, p.jl.Backlog),
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
-		Checkpoints: p.objects,
+		Checkpoints: p.objects, Gateway: p.gw, TenantBudget: worker.TenantBudgets(js, p.names, log),
 	})
 	if err != nil {
 		return nil, failed(2, "worker", err)

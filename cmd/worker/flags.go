@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet/internal/config"
+	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/session"
@@ -33,6 +34,9 @@ type options struct {
 	wsMaxBytes, sessionFilesMax  int64
 	exitIfIdle                   time.Duration
 	spillAfter                   time.Duration
+	modelUpstream                string
+	modelPricesFile              string
+	modelPrices                  gateway.Prices
 
 	// command is --agent-cmd split like a shell, its program made
 	// absolute when given as a relative path (validate).
@@ -55,8 +59,11 @@ func flags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:0", "address for /healthz, /readyz, /metrics; 127.0.0.1:0 = off (env FLEET_HTTP)")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running jobs may finish before they are handed back (env FLEET_SHUTDOWN_GRACE)")
 	fs.DurationVar(&o.resultGrace, "result-grace", 10*time.Second, "how long the agent may take to exit after its result (env FLEET_RESULT_GRACE)")
-	fs.StringSliceVar(&o.agentEnv, "agent-env", []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"},
-		"variables copied from the worker's environment into the agent's (env FLEET_AGENT_ENV)")
+	fs.StringSliceVar(&o.agentEnv, "agent-env", nil,
+		"variables copied from the worker's environment into the agent's; never the model credential or ANTHROPIC_BASE_URL (env FLEET_AGENT_ENV)")
+	fs.StringVar(&o.modelUpstream, "model-upstream", gateway.DefaultUpstream,
+		"the API the model gateway forwards the agents' calls to, with the worker's ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; off = no gateway, agents get no model credential (env FLEET_MODEL_UPSTREAM)")
+	fs.StringVar(&o.modelPricesFile, "model-prices", "", "a JSON file of model prices that override or add to the built-in ones (env FLEET_MODEL_PRICES)")
 	fs.StringSliceVar(&o.jobEnvAllow, "job-env-allow", nil, "variables a job's options.env may set (env FLEET_JOB_ENV_ALLOW)")
 	fs.StringVar(&o.cfURL, "cf-bridge-url", "", "Cloudflare bridge Worker URL (env FLEET_CF_BRIDGE_URL)")
 	pprofserve.AddFlag(fs, &o.pprofAddr)
@@ -101,6 +108,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--session-files-max must be at least 1 byte, not %d", o.sessionFilesMax)
 	}
 	if err := checkFlags(o.slots, o.sbName, o.cfURL, command); err != nil {
+		return err
+	}
+	if err := o.checkModelFlags(); err != nil {
 		return err
 	}
 	if strings.Contains(command[0], "/") && !filepath.IsAbs(command[0]) {

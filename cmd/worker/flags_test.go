@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -23,6 +24,8 @@ func workerArgs(t *testing.T, extra ...string) []string {
 // refused at start with a message naming the flag (exit 2).
 func TestWorkerRefusesBadFlags(t *testing.T) {
 	t.Parallel()
+	badPrices := filepath.Join(t.TempDir(), "prices.json")
+	require.NoError(t, os.WriteFile(badPrices, []byte(`{"claude-new-6-0": {"input": -3, "output": 15}}`), 0o600))
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -32,6 +35,13 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 		{[]string{"--sandbox", "docker"}, `--sandbox must be local or cloudflare, not "docker"`},
 		{[]string{"serve", "now"}, `worker takes no arguments, only flags: "serve now"`},
 		{[]string{"--agent-cmd", "no-such-agent-on-path --flag"}, `--agent-cmd: "no-such-agent-on-path" is not an executable on PATH (install Claude Code`},
+		{[]string{"--agent-env", "PATH,ANTHROPIC_API_KEY"}, "--agent-env may not list ANTHROPIC_API_KEY: the model credential stays in the worker"},
+		{[]string{"--agent-env", "CLAUDE_CODE_OAUTH_TOKEN"}, "--agent-env may not list CLAUDE_CODE_OAUTH_TOKEN"},
+		{[]string{"--job-env-allow", "ANTHROPIC_BASE_URL"}, "--job-env-allow may not list ANTHROPIC_BASE_URL"},
+		{[]string{"--job-env-allow", "anthropic_auth_token"}, "--job-env-allow may not list anthropic_auth_token"},
+		{[]string{"--model-upstream", "ftp://models.example"}, `--model-upstream must be an http(s) URL or "off", not "ftp://models.example"`},
+		{[]string{"--model-prices", badPrices}, "--model-prices " + badPrices + ": "},
+		{[]string{"--model-prices", badPrices + ".missing"}, "no such file"},
 	} {
 		code, _, errOut := fleettest.StartCommand(t, workerArgs(t, append(tc.args, "--nats-url", "nats://127.0.0.1:1")...)...).Wait(t)
 		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/gctune"
 	"github.com/agentfleet/agentfleet/internal/procscrub"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -37,10 +38,14 @@ func maskArgs(args []string) []string {
 	return out
 }
 
+// scrubbedEnv names the variables /proc/<pid>/environ must not show: the
+// sandbox's deny-list and the model credential (the gateway's).
+func scrubbedEnv(name string) bool { return sandbox.DeniedEnv(name) || gateway.IsCredentialEnv(name) }
+
 func main() {
 	// First, before anything reads os.Args: the agents this worker starts
 	// run as its user, and must not read its secrets in /proc.
-	if err := procscrub.Scrub(sandbox.DeniedEnv, maskArgs); err != nil {
+	if err := procscrub.Scrub(scrubbedEnv, maskArgs); err != nil {
 		fmt.Fprintf(os.Stderr, "worker: hiding secrets from other processes: %v\n", err)
 	}
 	gctune.Apply()

@@ -49,6 +49,9 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		return 1
 	}
 	defer p.objects.Close()
+	// After serve: the worker's runs have ended (it stopped), so no
+	// token is open any more.
+	defer stopGateway(p.gw, log)
 	if code := serve(ctx, o, p, log); code != 0 {
 		return code
 	}

@@ -56,6 +56,8 @@
 //
 // # Wiring it into the worker
 //
+// Done in cmd/worker (model.go) and internal/worker (model.go), as follows.
+//
 //   - cmd/worker: flags --model-upstream (FLEET_MODEL_UPSTREAM) and
 //     --model-prices (FLEET_MODEL_PRICES, LoadPrices); Config.
 //     CredentialsFromEnv(os.Getenv); Start before the first claim, Stop

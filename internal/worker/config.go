@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -60,7 +61,18 @@ type Config struct {
 	// workspace (SPEC 8). Nil fails such jobs with workspace_checkout.
 	Workspaces *workspace.Workspaces
 	// EnvAllow lists the names a job's options.env may set. Defaults to none.
+	// The model credential variables and ANTHROPIC_BASE_URL are never
+	// allowed (ReservedModelEnv).
 	EnvAllow []string
+	// Gateway is the model gateway (SPEC 13): every run gets a token of it
+	// and its URL as ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL, its calls
+	// are metered and capped, and its terminal status reports the metered
+	// spend. The worker does not start or stop it (its owner does, after
+	// the worker has stopped). Nil: runs get no model credential at all.
+	Gateway *gateway.Gateway
+	// TenantBudget, if set with Gateway, gives the gateway a tenant's
+	// live budget (gateway.RunInfo.TenantBudget) for each run it opens.
+	TenantBudget func(tenant string) func() (remainingUSD float64, limited bool)
 	// ShutdownGrace is how long running jobs may finish on Stop before they
 	// are handed back. Defaults to 30s.
 	ShutdownGrace time.Duration
@@ -166,6 +178,8 @@ func (c Config) validate() error {
 		return errors.New("worker: Slots must be between 1 and 1024")
 	case c.ShutdownGrace < 0:
 		return errors.New("worker: ShutdownGrace must not be negative")
+	case reservedIn(c.EnvAllow) != "":
+		return fmt.Errorf("worker: EnvAllow may not list %s: the model credential and ANTHROPIC_BASE_URL are the worker's, never a job's", reservedIn(c.EnvAllow))
 	case c.PullHeartbeat*2 > c.PullExpiry:
 		return errors.New("worker: PullHeartbeat must be at most half of PullExpiry")
 	}

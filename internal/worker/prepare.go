@@ -21,14 +21,20 @@ import (
 // the agent is the sandbox provider's (its EnvAllow; package sandbox
 // strips the worker's secrets, sandbox.DeniedEnv), and the process spec
 // is built from the job by the mode (agent.Request for a one-shot run,
-// session.Spec for a session). A variable not allowed is a validation
-// error naming it: the job is invalid.
+// session.Spec for a session); with a model gateway the metered mode
+// (model.go) adds its URL and the run's token. A variable not allowed, or
+// one of the model's (ReservedModelEnv), is a validation error naming it:
+// the job is invalid.
 func agentEnv(job *protocol.Job, allow []string) (map[string]string, error) {
 	if len(job.Options.Env) == 0 {
 		return nil, nil
 	}
 	env := make(map[string]string, len(job.Options.Env))
 	for k, v := range job.Options.Env {
+		if ReservedModelEnv(k) {
+			return nil, &protocol.ValidationError{Field: "options.env." + k,
+				Reason: "is the worker's to set (the model gateway's URL and the run's token); a job never sets a model credential"}
+		}
 		if !slices.Contains(allow, k) {
 			return nil, &protocol.ValidationError{Field: "options.env." + k, Reason: "not in the operator's allow-list"}
 		}
@@ -77,11 +83,19 @@ func (e errMissingProvider) Is(target error) bool { return target == sandbox.Err
 // newMode is the mode of q's job; env is what the job adds to its agent's
 // environment (agentEnv).
 func newMode(q *query, env map[string]string) mode {
+	if env == nil {
+		env = map[string]string{}
+	}
 	var m mode
 	if q.job.Session != nil {
 		m = &sessionRun{q: q, env: env, log: q.log.With().Str("session", "true").Logger()}
 	} else {
 		m = &oneShot{q: q, env: env}
+	}
+	if q.w.cfg.Gateway != nil && cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox) == protocol.SandboxLocal {
+		// A Cloudflare sandbox cannot reach the worker's loopback: its
+		// bridge adds the credential at its egress (docs/gateway.md).
+		m = &meteredMode{mode: m, q: q, env: env}
 	}
 	if t := q.w.cfg.Test; t.RunStarted != nil || t.RunEnded != nil {
 		m = hooked{mode: m, q: q}
@@ -90,4 +104,15 @@ func newMode(q *query, env map[string]string) mode {
 		m = &workspaceMode{mode: m, q: q}
 	}
 	return m
+}
+
+// reservedIn returns the first name of names a job may never set
+// (ReservedModelEnv), or "".
+func reservedIn(names []string) string {
+	for _, n := range names {
+		if ReservedModelEnv(n) {
+			return n
+		}
+	}
+	return ""
 }

@@ -216,7 +216,8 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: new local provider: %w", err)
 	}
-	cfg.EnvAllow = slices.Clone(cfg.EnvAllow)
+	// Never the worker's model credential: the gateway's (modelcred.go).
+	cfg.EnvAllow = slices.DeleteFunc(slices.Clone(cfg.EnvAllow), workerModelCredential)
 	cfg.Env = maps.Clone(cfg.Env)
 	l := &Local{
 		pool:      pool,

@@ -182,9 +182,14 @@ func TestLocalEnvAllowList(t *testing.T) {
 		require.Contains(t, known, name, "unexpected variable in the child")
 	}
 
-	b2 := setupLocal(t, sandbox.LocalConfig{EnvAllow: []string{"ANTHROPIC_API_KEY"}})
+	// The worker's model credential is its gateway's (SPEC 13): never
+	// copied, even allow-listed; a process spec may set the run's token.
+	b2 := setupLocal(t, sandbox.LocalConfig{EnvAllow: []string{"ANTHROPIC_API_KEY", "SANDBOXTEST_ALLOWED"}})
 	env = childEnv(t, b2.create(t, "key", nil), sandbox.ProcSpec{})
-	require.Equal(t, "sk-test-key", env["ANTHROPIC_API_KEY"], "the operator allow-listed the API key")
+	require.NotContains(t, env, "ANTHROPIC_API_KEY", "the worker's model key never reaches a sandbox")
+	require.Equal(t, "allowed-value", env["SANDBOXTEST_ALLOWED"], "other allow-listed names still pass")
+	env = childEnv(t, b2.create(t, "token", nil), sandbox.ProcSpec{Env: map[string]string{"ANTHROPIC_API_KEY": "fleet-run-token"}})
+	require.Equal(t, "fleet-run-token", env["ANTHROPIC_API_KEY"], "the run's token, set by the worker, passes")
 }
 
 func TestLocalDenyListWinsOverSpecEnv(t *testing.T) {
