@@ -127,6 +127,8 @@ func (q *query) status(ev protocol.StatusEvent) {
 		q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
 	case v != fence.Proceed:
 		q.fenced.set(v)
+	default:
+		q.markPublished(ev.State)
 	}
 }
 

@@ -1,0 +1,94 @@
+package e2e
+
+// Issue 31: a status is published only for a state the query was really
+// in. The histories are replayed from the query's .status subject in
+// FLEET_QUERIES (fleettest.History), as a reader of the record sees them.
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+)
+
+// countState counts the statuses of state s in a replayed history.
+func countState(r fleettest.Run, s protocol.State) int {
+	n := 0
+	for _, ev := range r.Statuses {
+		if ev.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// statesOf lists a history's states, for failure messages.
+func historyStates(r fleettest.Run) []protocol.State {
+	out := make([]protocol.State, 0, len(r.Statuses))
+	for _, ev := range r.Statuses {
+		out = append(out, ev.State)
+	}
+	return out
+}
+
+// A job held behind a full fleet, cancelled while queued (its cancel on
+// the .ctl subject, as any client can send it), then released when the
+// fleet frees a slot: it ends "cancelled" and never "running". Before, the
+// worker that took it published "running" with its claim and only then
+// ended it, so the record said queued → running → cancelled.
+func TestCancelledWhileHeldNeverRunning(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 1})
+	log := watchStatuses(t, f.NC, f.Names)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	f.SubmitJSON("held", "busy", "/standin sleep=1h")
+	log.waitFor(t, "busy running", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "busy" && ev.State == protocol.StateRunning
+	})
+	f.SubmitJSON("held", "waits", "/standin sleep=1h")
+	log.waitFor(t, "waits held behind the full fleet", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "waits" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonFleetCap
+	})
+	sendCtl(t, f, "held", "waits", protocol.CtlOp{Op: protocol.OpCancel})
+	// Release the fleet: the held job is admitted and taken by the worker.
+	sendCtl(t, f, "held", "busy", protocol.CtlOp{Op: protocol.OpCancel})
+	require.Equal(t, protocol.StateCancelled, f.Follow("held", "busy", wait).Final.State)
+
+	r := f.Follow("held", "waits", wait)
+	require.Equal(t, protocol.StateCancelled, r.Final.State)
+	h := f.History("held", "waits")
+	fleettest.RequireOneTerminal(t, h)
+	require.Zero(t, countState(h, protocol.StateRunning), "a job cancelled while queued never ran: %v", historyStates(h))
+}
+
+// A two-turn session announces each turn's start once: exactly one
+// "running" before each of its two "idle"s. Before, the first turn had
+// two: the claim's and the turn's.
+func TestSessionOneRunningPerTurn(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	sw := watchStatus(t, f, "default", "turns")
+	submitSession(t, f, "default", "turns", "first prompt", &protocol.Session{}, protocol.Options{})
+	sw.state(protocol.StateIdle, 1)
+	sendCtl(t, f, "default", "turns", input("second input"))
+	sw.state(protocol.StateIdle, 2)
+	sendCtl(t, f, "default", "turns", protocol.CtlOp{Op: protocol.OpEnd})
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "turns", wait).Final.State)
+
+	h := f.History("default", "turns")
+	var perTurn []int // "running"s before each "idle", and before the end
+	n := 0
+	for _, ev := range h.Statuses {
+		switch {
+		case ev.State == protocol.StateRunning:
+			n++
+		case ev.State == protocol.StateIdle || ev.State.Terminal():
+			perTurn = append(perTurn, n)
+			n = 0
+		}
+	}
+	require.Equal(t, []int{1, 1, 0}, perTurn, "one running per turn start: %v", historyStates(h))
+}
