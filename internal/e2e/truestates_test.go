@@ -92,3 +92,35 @@ func TestSessionOneRunningPerTurn(t *testing.T) {
 	}
 	require.Equal(t, []int{1, 1, 0}, perTurn, "one running per turn start: %v", historyStates(h))
 }
+
+// Every status a worker publishes for a session job says "session":true,
+// and no status of a one-shot query does: a reader of the last status
+// (the dispatcher refusing input to a one-shot query) can tell them apart
+// whatever the state.
+func TestSessionStatusesAreMarked(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 2}).W)
+	sw := watchStatus(t, f, "default", "marked")
+	submitSession(t, f, "default", "marked", "first prompt", &protocol.Session{}, protocol.Options{})
+	sw.state(protocol.StateIdle, 1)
+	sendCtl(t, f, "default", "marked", protocol.CtlOp{Op: protocol.OpEnd})
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "marked", wait).Final.State)
+	f.SubmitJSON("default", "plain", "one shot")
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "plain", wait).Final.State)
+
+	h := f.History("default", "marked")
+	byWorker := 0
+	for _, ev := range h.Statuses {
+		if ev.Worker != "" {
+			byWorker++
+			require.True(t, ev.Session, "a session's %s status is marked", ev.State)
+		}
+	}
+	require.GreaterOrEqual(t, byWorker, 3, "running, idle and succeeded: %v", historyStates(h))
+	h = f.History("default", "plain")
+	require.NotEmpty(t, h.Statuses)
+	for _, ev := range h.Statuses {
+		require.False(t, ev.Session, "a one-shot query's %s status is not marked", ev.State)
+	}
+}
