@@ -5,10 +5,13 @@ package e2e
 // FLEET_QUERIES (fleettest.History), as a reader of the record sees them.
 
 import (
+	"context"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -123,4 +126,40 @@ func TestSessionStatusesAreMarked(t *testing.T) {
 	for _, ev := range h.Statuses {
 		require.False(t, ev.Session, "a one-shot query's %s status is not marked", ev.State)
 	}
+}
+
+// `send` to a running one-shot query exits non-zero with the reason and
+// stores nothing on its .ctl subject; a session still takes it. Before,
+// it printed "input sent", exited 0, and the input went nowhere.
+func TestCLISendToAOneShotQueryIsRefused(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 2}).W)
+	url := f.Srv.ClientURL()
+	sw := watchStatus(t, f, "default", "oneshot")
+	f.SubmitJSON("default", "oneshot", "/standin sleep=1h")
+	sw.waitFor("running", func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRunning })
+
+	for _, args := range [][]string{{"send", "oneshot", "more"}, {"send", "oneshot", "--end"}, {"approve", "oneshot", "req_1"}} {
+		code, _, errOut := runCLI(t, url, "", args...)
+		require.Equal(t, fleetcli.ExitUsage, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "default/oneshot is not a session", args)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+	require.NoError(t, err)
+	_, err = st.GetLastMsgForSubject(ctx, f.Names.QueryCtl("default", "oneshot"))
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "nothing was sent to the one-shot query")
+
+	// A session takes input while its first turn runs.
+	ss := watchStatus(t, f, "default", "sess")
+	submitSession(t, f, "default", "sess", "/standin sleep=2s", &protocol.Session{}, protocol.Options{})
+	ss.waitFor("running", func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRunning })
+	code, _, errOut := runCLI(t, url, "", "send", "sess", "--end")
+	require.Equal(t, fleetcli.ExitOK, code, errOut)
+	require.Equal(t, protocol.StateSucceeded, f.Follow("default", "sess", wait).Final.State)
+
+	sendCtl(t, f, "default", "oneshot", protocol.CtlOp{Op: protocol.OpCancel})
+	require.Equal(t, protocol.StateCancelled, f.Follow("default", "oneshot", wait).Final.State)
 }
