@@ -163,3 +163,24 @@ func TestCLISendToAOneShotQueryIsRefused(t *testing.T) {
 	sendCtl(t, f, "default", "oneshot", protocol.CtlOp{Op: protocol.OpCancel})
 	require.Equal(t, protocol.StateCancelled, f.Follow("default", "oneshot", wait).Final.State)
 }
+
+// Inputs sent while a turn runs queue behind it: each of the turns that
+// follow, back to back with no idle between, is announced by a "running"
+// of its own: as many "running"s as turns.
+func TestSessionQueuedTurnsEachAnnounced(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	sw := watchStatus(t, f, "default", "queued-turns")
+	submitSession(t, f, "default", "queued-turns", "/standin sleep=3s", &protocol.Session{}, protocol.Options{})
+	sw.waitFor("running", func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRunning })
+	sendCtl(t, f, "default", "queued-turns", input("second"))
+	sendCtl(t, f, "default", "queued-turns", input("third"))
+	sw.state(protocol.StateIdle, 3)
+	sendCtl(t, f, "default", "queued-turns", protocol.CtlOp{Op: protocol.OpEnd})
+	r := f.Follow("default", "queued-turns", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, 3, r.Final.Turn)
+	h := f.History("default", "queued-turns")
+	require.Equal(t, 3, countState(h, protocol.StateRunning), "one running per turn: %v", historyStates(h))
+}

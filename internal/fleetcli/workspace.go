@@ -102,7 +102,7 @@ func (c *diffCmd) Run(ctx context.Context, e *Env) int {
 		return requestFailed(ctx, e.Err, err)
 	}
 	if a.Checkpoint {
-		fmt.Fprintf(e.Err, "%s/%s: the work as of the session's last checkpoint (captured when it parked)\n", c.tenant, c.id)
+		fmt.Fprintf(e.Err, "%s/%s: the work as of the last checkpoint (captured when the session parked)\n", c.tenant, c.id)
 	}
 	if c.stat {
 		(&render.Printer{W: e.Out}).Artifact(a)

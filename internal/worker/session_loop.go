@@ -187,6 +187,9 @@ func (l *sessionLoop) op(e ctlEntry) {
 func (l *sessionLoop) turnEnded(ctx context.Context, res turnResult) (done bool) {
 	r, s := l.r, l.s
 	l.running = nil
+	// The last "running" announced the turn that ended: the next one
+	// (queued behind it, with no idle between) announces itself.
+	r.q.running.Store(false)
 	l.last = res.out
 	if res.err != nil || res.out.HandedBack {
 		return true
