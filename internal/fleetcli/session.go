@@ -18,6 +18,11 @@ func sessionOp(ctx context.Context, e *Env, op string, req protocol.SessionOpReq
 	}
 	rctx, cancel := e.Request(ctx)
 	defer cancel()
+	ref := protocol.QueryRef{ID: req.ID, Tenant: req.Tenant}
+	if st, err := cl.Status(rctx, ref); err == nil && st.Error == nil && notSession(st.Status) {
+		fmt.Fprintf(e.Err, "%s/%s is not a session (a one-shot query takes no %s); nothing sent\n", cmpTenant(req.Tenant), req.ID, op)
+		return ExitUsage
+	}
 	r, err := cl.SessionOp(rctx, op, req)
 	if err != nil {
 		return requestFailed(ctx, e.Err, err)
@@ -27,6 +32,22 @@ func sessionOp(ctx context.Context, e *Env, op string, req protocol.SessionOpReq
 	}
 	fmt.Fprintf(e.Err, "%s sent to %s/%s\n", op, cmpTenant(req.Tenant), req.ID)
 	return ExitOK
+}
+
+// notSession reports whether st, a query's last status, is a one-shot
+// query's: a worker marks every status of a session job "session":true,
+// and idle, parked and awaiting_approval are states only a session has
+// (statuses of workers from before the mark). A queued status, the
+// dispatcher's, says nothing either way.
+func notSession(st *protocol.StatusEvent) bool {
+	if st == nil || st.Session || st.Worker == "" {
+		return false
+	}
+	switch st.State {
+	case protocol.StateIdle, protocol.StateParked, protocol.StateAwaitingApproval, protocol.StateQueued:
+		return false
+	}
+	return true
 }
 
 func cmpTenant(t string) string {

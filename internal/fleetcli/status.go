@@ -90,6 +90,13 @@ func summary(w io.Writer, ev *protocol.StatusEvent) {
 	if ev.Result != nil && ev.Result.StderrTail != "" {
 		(&render.Printer{W: w}).StderrTail(ev.Result.StderrTail)
 	}
+	if ws := ev.Workspace; ws != nil && ws.EndSHA != "" {
+		asOf := ""
+		if ws.Checkpoint {
+			asOf = " (as of the last checkpoint)"
+		}
+		fmt.Fprintf(w, "workspace%s: %s · %d files · +%d −%d · %s\n", asOf, ws.Branch, ws.FilesChanged, ws.Additions, ws.Deletions, ws.EndSHA)
+	}
 	for k, v := range ev.Metadata {
 		fmt.Fprintf(w, "meta %s=%s\n", k, v)
 	}

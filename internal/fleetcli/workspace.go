@@ -63,8 +63,10 @@ func (c *diffCmd) Help() Help {
 		Description: `Prints the diff a workspace job (submit --repo) captured, which applies to
 its start commit with 'git apply', reading it from the fleet's storage; with
 --stat it prints the changed files from the manifest on the query's
-.artifact subject instead (no storage needed). Exit 3 when the query has no
-workspace artifact (not a workspace job, or not ended yet).`,
+.artifact subject instead (no storage needed). A parked workspace session
+shows its work as of its last checkpoint, and says so (on stderr for the
+diff, which stays applicable). Exit 3 when the query has no workspace
+artifact (not a workspace job, or neither ended nor parked yet).`,
 		Examples: `dispatcher diff q2 --stat
 dispatcher diff q2 --storage file://./data | git apply --index`,
 	}
@@ -93,11 +95,14 @@ func (c *diffCmd) Run(ctx context.Context, e *Env) int {
 	defer cancel()
 	a, err := cl.Artifact(rctx, c.tenant, c.id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		fmt.Fprintf(e.Err, "%s/%s has no workspace artifact (not a workspace job, or not ended yet)\n", c.tenant, c.id)
+		fmt.Fprintf(e.Err, "%s/%s has no workspace artifact (not a workspace job, or neither ended nor parked yet)\n", c.tenant, c.id)
 		return ExitNotFound
 	}
 	if err != nil {
 		return requestFailed(ctx, e.Err, err)
+	}
+	if a.Checkpoint {
+		fmt.Fprintf(e.Err, "%s/%s: the work as of the last checkpoint (captured when the session parked)\n", c.tenant, c.id)
 	}
 	if c.stat {
 		(&render.Printer{W: e.Out}).Artifact(a)

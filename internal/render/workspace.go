@@ -22,6 +22,9 @@ func (p *Printer) Artifact(a protocol.Artifact) {
 	case a.PushError != "":
 		s += " · push failed: " + clip(a.PushError, 300)
 	}
+	if a.Checkpoint {
+		s += " · as of the last checkpoint"
+	}
 	fmt.Fprintln(p.W, s)
 	for _, f := range a.Files {
 		line := fileLetters[f.Status] + " " + f.Path
@@ -66,6 +69,8 @@ func workspaceStatus(ws *protocol.WorkspaceStatus) string {
 		return " · checked out " + short(ws.StartSHA)
 	case ws.PushError != "":
 		return " · push failed (the bundle is stored)"
+	case ws.Checkpoint:
+		return fmt.Sprintf(" · work as of the last checkpoint: %d files +%d −%d", ws.FilesChanged, ws.Additions, ws.Deletions)
 	}
 	return ""
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/fence"
+	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -22,6 +23,9 @@ import (
 // redelivery announces "retrying" first). The last status and the last
 // control message are read together (one multi-last direct get on a
 // stream of one replica; two leader reads at once on a replicated one).
+// A job whose cancel is on record, or reaches it before its first status,
+// publishes no "running": it only takes the last status as its token and
+// ends "cancelled" (issue 31: a status only for a state the query was in).
 // It returns baseOf, which reads the Fleet-Seq the attempt continues
 // from: that read starts once the claim is stored (no older attempt can
 // add a line after it, so what it finds is final) and runs while the
@@ -60,23 +64,38 @@ func (q *query) claim(ctx context.Context) (baseOf func() (uint64, error), cance
 		// Announces the new attempt before anything else.
 		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRetrying}))
 		if err == nil && v == fence.Proceed && !cancelled && job.Workspace == nil {
+			cancelled = q.cancelledNow()
+		}
+		if err == nil && v == fence.Proceed && !cancelled && job.Workspace == nil {
 			// A workspace job's "running" follows its checkout.
 			v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
 		}
-	case job.Workspace == nil:
+	case job.Workspace == nil && !cancelled:
 		// Read first, then compare-and-set. (A compare-and-set against
 		// "nothing on record" without the read was tried: core
 		// subscribers of .status see every publish, stored or refused, so
 		// whenever a status is on record, e.g. the dispatcher's "queued",
 		// they would see a "running" that never was.)
-		v, err = q.fw.Claim(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+		v, err = q.fw.Expect(ctx)
+		if err == nil && v == fence.Proceed {
+			if cancelled = q.cancelledNow(); !cancelled {
+				v, err = q.fw.Publish(ctx, q.event(protocol.StatusEvent{State: protocol.StateRunning}))
+			}
+		}
 	default:
+		// A job cancelled while queued never runs: its first status is
+		// its terminal "cancelled", after the synthetic result line.
 		// A first attempt whose first status comes after the checkout:
 		// its lines are fenced as soon as a later attempt claims.
 		v, err = q.fw.Expect(ctx)
 	}
 	if err != nil || v != fence.Proceed {
 		return nil, false, v, err
+	}
+	if !cancelled && job.Workspace == nil {
+		// "running" is the last status this attempt stored (a workspace
+		// job's comes with its checkout; a cancelled job has none).
+		q.markPublished(protocol.StateRunning)
 	}
 	return rec.base(context.WithoutCancel(ctx)), cancelled, fence.Proceed, nil
 }
@@ -214,6 +233,14 @@ func (rec record) retryReadFor(ctx context.Context, per time.Duration, what stri
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// cancelledNow reports whether a cancel reached this run through the
+// worker's .ctl subscription (runs.go) since it registered: a cancel
+// stored after the claim's read of the .ctl history, before its first
+// status. Such a job never ran: it ends "cancelled" without a "running".
+func (q *query) cancelledNow() bool {
+	return q.runCtx.Err() != nil && errors.Is(context.Cause(q.runCtx), agent.ErrCancelled)
 }
 
 // cancelOnRecord reports whether ctl, the query's last control message (nil:

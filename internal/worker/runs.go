@@ -192,4 +192,11 @@ type runFlags struct {
 	since      time.Time
 	claimed    atomic.Bool // its first status is stored (the fence is its own)
 	rechecking atomic.Bool
+	// running is whether this attempt's last stored status is "running"
+	// (published, see markPublished): a session's turn that starts right
+	// after it announces nothing more (one "running" per turn start).
+	running atomic.Bool
 }
+
+// markPublished records the state of a status this attempt stored.
+func (f *runFlags) markPublished(s protocol.State) { f.running.Store(s == protocol.StateRunning) }

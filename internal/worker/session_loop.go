@@ -128,7 +128,11 @@ func (l *sessionLoop) startTurn(ctx context.Context) {
 	l.running = &in
 	l.idle.Stop()
 	l.idleArmed = false
-	r.q.status(r.status(protocol.StatusEvent{State: protocol.StateRunning}))
+	if !r.q.running.Load() {
+		// Else the claim's, the checkout's or a crash resume's "running"
+		// announced this turn already: one "running" per turn start.
+		r.q.status(r.status(protocol.StatusEvent{State: protocol.StateRunning}))
+	}
 	go func() {
 		// options.timeout_s bounds each turn of a session (its
 		// approvals included): one that runs longer is stopped and
@@ -183,6 +187,9 @@ func (l *sessionLoop) op(e ctlEntry) {
 func (l *sessionLoop) turnEnded(ctx context.Context, res turnResult) (done bool) {
 	r, s := l.r, l.s
 	l.running = nil
+	// The last "running" announced the turn that ended: the next one
+	// (queued behind it, with no idle between) announces itself.
+	r.q.running.Store(false)
 	l.last = res.out
 	if res.err != nil || res.out.HandedBack {
 		return true

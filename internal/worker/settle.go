@@ -109,6 +109,7 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	ev.V = protocol.SchemaVersion
 	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq
 	ev.Worker = q.w.cfg.ID
+	ev.Session = q.job.Session != nil
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
@@ -127,6 +128,8 @@ func (q *query) status(ev protocol.StatusEvent) {
 		q.log.Error().Err(err).Str("state", string(ev.State)).Msg("publishing status")
 	case v != fence.Proceed:
 		q.fenced.set(v)
+	default:
+		q.markPublished(ev.State)
 	}
 }
 

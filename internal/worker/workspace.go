@@ -54,13 +54,20 @@ func (m *workspaceMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.
 	return m.mode.run(ctx, sb, emit)
 }
 
-// finish adds the capture to a terminal status, publishing the artifact
-// first, so a client that sees the status can read it. (A parked
-// session's capture is only its bundle, for the continuation.)
+// finish adds the capture to a terminal or parked status, publishing the
+// artifact first, so a client that sees the status can read it. A parked
+// session's capture (its bundle is what the continuation restores) is
+// marked Checkpoint: `status` and `diff` show the work as of the last
+// checkpoint while the session is parked, and say so (issue 31).
 func (m *workspaceMode) finish(ctx context.Context, ev protocol.StatusEvent) protocol.StatusEvent {
 	ev = m.mode.finish(ctx, ev)
 	if ev.State == protocol.StateParked {
-		return ev
+		if m.artifact != nil {
+			m.artifact.Checkpoint = true
+		}
+		if m.status != nil {
+			m.status.Checkpoint = true
+		}
 	}
 	ev.Workspace = m.status
 	m.publishArtifact(ctx)

@@ -74,7 +74,7 @@ var codecCases = []struct {
 	{name: "status_awaiting_approval", value: &StatusEvent{V: SchemaVersion, ID: "s1", Tenant: "acme", State: StateAwaitingApproval, Attempt: 1, At: goldenAt,
 		SessionStatus: SessionStatus{Turn: 2, RequestID: "r1", ToolName: "Bash", ClaudeSessionID: "b401fe91-732e-4a27-94aa-942d088a6ed5"}}},
 	{name: "status_parked", value: &StatusEvent{V: SchemaVersion, ID: "s1", Tenant: "acme", State: StateParked, Attempt: 1, At: goldenAt,
-		SessionStatus: SessionStatus{Turn: 3, ClaudeSessionID: "b401fe91-732e-4a27-94aa-942d088a6ed5", CtlSeq: 42}}},
+		SessionStatus: SessionStatus{Turn: 3, ClaudeSessionID: "b401fe91-732e-4a27-94aa-942d088a6ed5", CtlSeq: 42, Session: true}}},
 	{name: "session_op_request", value: &SessionOpRequest{ID: "s1", Tenant: "acme", SessionOp: SessionOp{Text: "go on"}}},
 }
 

@@ -114,6 +114,11 @@ type SessionStatus struct {
 	// message the session had read: an input stored after it must resume
 	// the session.
 	CtlSeq uint64 `json:"ctl_seq,omitempty" msgpack:"ctl_seq,omitempty"`
+	// Session marks every status a worker publishes for a session job
+	// (SPEC 9), whatever its state; a one-shot query's statuses omit it.
+	// It lets a reader of the last status tell a session, which takes
+	// input, from a one-shot query, which does not.
+	Session bool `json:"session,omitempty" msgpack:"session,omitempty"`
 }
 
 // Limits of session ops.

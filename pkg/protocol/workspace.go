@@ -77,6 +77,9 @@ type WorkspaceStatus struct {
 	// CaptureError says why the work could not be captured (the run's
 	// outcome is kept; nothing was stored).
 	CaptureError string `json:"capture_error,omitempty" msgpack:"capture_error,omitempty"`
+	// Checkpoint marks the work of a parked session: as of its last
+	// checkpoint, not final (the session goes on).
+	Checkpoint bool `json:"checkpoint,omitempty" msgpack:"checkpoint,omitempty"`
 }
 
 // File statuses of ArtifactFile.Status.
@@ -116,6 +119,9 @@ type Artifact struct {
 	// Additions and Deletions total the text lines of every file, listed or not.
 	Additions int `json:"additions" msgpack:"additions"`
 	Deletions int `json:"deletions" msgpack:"deletions"`
+	// Checkpoint marks the capture of a parked session: its work as of
+	// its last checkpoint; the session's end publishes the final one.
+	Checkpoint bool `json:"checkpoint,omitempty" msgpack:"checkpoint,omitempty"`
 }
 
 // Summary is the terminal status's view of a.
@@ -123,6 +129,7 @@ func (a *Artifact) Summary() *WorkspaceStatus {
 	return &WorkspaceStatus{
 		StartSHA: a.StartSHA, EndSHA: a.EndSHA, Branch: a.Branch, FilesChanged: a.FilesTotal,
 		Additions: a.Additions, Deletions: a.Deletions, Pushed: a.Pushed, PushError: a.PushError,
+		Checkpoint: a.Checkpoint,
 	}
 }
 
