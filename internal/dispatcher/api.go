@@ -52,6 +52,7 @@ func (h *api) submit(ctx context.Context, job *protocol.Job) protocol.SubmitRepl
 		// by JobSeq and attempt, not by arrival).
 		ev := protocol.StatusEvent{V: protocol.SchemaVersion, ID: job.ID, Tenant: job.Tenant, State: protocol.StateQueued,
 			JobSeq: ack.Sequence, At: time.Now().UTC(), Metadata: job.Metadata}
+		ev.Session = job.Session != nil
 		if err := h.publishJSON(ctx, n.QueryStatus(job.Tenant, job.ID), ev, ""); err != nil {
 			h.log.Warn().Err(err).Str("query_id", job.ID).Msg("publishing the queued status")
 		}
@@ -140,6 +141,9 @@ func (h *api) sessionOp(ctx context.Context, r opRequest) protocol.APIReply {
 		return protocol.APIReply{Error: apiError(protocol.CodeInternal, err.Error())}
 	case st.State.Terminal():
 		return protocol.APIReply{Status: st, Error: apiError("already_finished", "the query already ended as "+string(st.State))}
+	}
+	if e := h.checkSession(ctx, ref, st); e != nil {
+		return protocol.APIReply{Status: st, Error: e}
 	}
 	if r.ctl.Op == protocol.OpApprove {
 		if e := h.checkApproval(ctx, ref, r.ctl.RequestID); e != nil {

@@ -10,11 +10,44 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// Error codes of an approval that cannot apply.
+// Error codes of a session op that cannot apply.
 const (
 	codeNoSuchRequest   = "no_such_request"
 	codeAlreadyAnswered = "already_answered"
+	codeNotASession     = "not_a_session"
 )
+
+// checkSession says why a session op cannot apply to the query whose last
+// status is st, or nil: the query must be a session. Its statuses say so
+// ("session":true, and idle, parked and awaiting_approval are a session's
+// alone); a queued status without the mark (a job published straight to
+// its subject, or an older dispatcher's) is decided by the job itself, read
+// from the queue.
+func (q queryDeps) checkSession(ctx context.Context, ref protocol.QueryRef, st *protocol.StatusEvent) *protocol.ErrorInfo {
+	switch {
+	case st.Session:
+		return nil
+	case st.State == protocol.StateIdle, st.State == protocol.StateParked, st.State == protocol.StateAwaitingApproval:
+		return nil
+	case st.State == protocol.StateQueued && st.Worker == "":
+		if st.JobSeq == 0 {
+			return nil // not known: the worker ignores what it cannot apply
+		}
+		stream, err := q.js.Stream(ctx, q.names.JobsStream())
+		if err != nil {
+			return nil
+		}
+		raw, err := stream.GetMsg(ctx, st.JobSeq)
+		if err != nil {
+			return nil // admitted or gone: not known here
+		}
+		job, err := protocol.DecodeJob(raw.Header.Get(protocol.HeaderContentType), raw.Data)
+		if err != nil || job.Session != nil {
+			return nil
+		}
+	}
+	return apiError(codeNotASession, fmt.Sprintf("%s/%s is not a session (a one-shot query takes no input, approval or end); nothing sent", ref.Tenant, ref.ID))
+}
 
 // checkApproval says why an approval of requestID cannot apply to the
 // query, or nil when it can: the query's agent must have asked it (an

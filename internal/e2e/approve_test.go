@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
@@ -42,4 +44,42 @@ func TestApprovingAnUnknownOrAnsweredRequestIsRefused(t *testing.T) {
 	sendCtl(t, f, "default", "appr-1", protocol.CtlOp{Op: protocol.OpEnd})
 	r := f.Follow("default", "appr-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+}
+
+// The API refuses a session op on a one-shot query, whoever asks (the CLI
+// refuses it too, before asking): while it is queued (decided from the job
+// itself) and while it runs (its statuses carry no session mark), with
+// nothing stored on its .ctl subject.
+func TestSessionOpsOnAOneShotQueryAreRefusedByTheAPI(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	send := func(op string) *protocol.ErrorInfo {
+		r, err := f.Client.SessionOp(ctx, op, protocol.SessionOpRequest{ID: "one-shot", SessionOp: protocol.SessionOp{Text: "more"}})
+		require.NoError(t, err)
+		return r.Error
+	}
+	sub, err := f.Client.Submit(ctx, protocol.Job{ID: "one-shot", Prompt: "/standin sleep=1h"})
+	require.NoError(t, err)
+	require.Nil(t, sub.Error)
+	e := send(protocol.OpInput) // queued: no worker yet
+	require.NotNil(t, e)
+	require.Equal(t, "not_a_session", e.Code)
+
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	fleettest.Eventually(t, wait, func() bool {
+		rep, err := f.Client.Status(ctx, protocol.QueryRef{ID: "one-shot"})
+		return err == nil && rep.Status != nil && rep.Status.State == protocol.StateRunning
+	}, "one-shot running")
+	for _, op := range []string{protocol.OpInput, protocol.OpEnd} {
+		e := send(op)
+		require.NotNil(t, e, op)
+		require.Equal(t, "not_a_session", e.Code, op)
+	}
+	stream, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+	require.NoError(t, err)
+	_, err = stream.GetLastMsgForSubject(ctx, f.Names.QueryCtl("default", "one-shot"))
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "nothing was sent")
+	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "one-shot"), []byte(`{"op":"cancel"}`)))
 }

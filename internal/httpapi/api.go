@@ -194,6 +194,8 @@ func (a *API) status(w http.ResponseWriter, ok int, rep protocol.APIReply, err e
 		writeError(w, http.StatusBadGateway, CodeInternal, err.Error())
 	case rep.Error != nil && rep.Error.Code == protocol.CodeNotFound:
 		writeError(w, http.StatusNotFound, CodeNotFound, rep.Error.Message)
+	case rep.Error != nil && rep.Error.Code == "no_such_request":
+		writeError(w, http.StatusNotFound, rep.Error.Code, rep.Error.Message)
 	case rep.Error != nil && rep.Error.Code == CodeFinished:
 		writeError(w, http.StatusConflict, CodeFinished, rep.Error.Message)
 	case rep.Error != nil && rep.Error.Code == protocol.CodeInvalidJob:
