@@ -20,8 +20,8 @@ const (
 // checkSession says why a session op cannot apply to the query whose last
 // status is st, or nil: the query must be a session. Its statuses say so
 // ("session":true, and idle, parked and awaiting_approval are a session's
-// alone); a queued status without the mark (a job published straight to
-// its subject, or an older dispatcher's) is decided by the job itself, read
+// alone; the submit API's queued status is marked too); the admitter's
+// queued announcements are not, and are decided by the job itself, read
 // from the queue.
 func (q queryDeps) checkSession(ctx context.Context, ref protocol.QueryRef, st *protocol.StatusEvent) *protocol.ErrorInfo {
 	switch {
@@ -29,7 +29,12 @@ func (q queryDeps) checkSession(ctx context.Context, ref protocol.QueryRef, st *
 		return nil
 	case st.State == protocol.StateIdle, st.State == protocol.StateParked, st.State == protocol.StateAwaitingApproval:
 		return nil
+	case st.State == protocol.StateQueued && st.Worker == "" && st.Reason == "":
+		// The submit API's own queued status: it marks sessions, so an
+		// unmarked one is a one-shot's.
 	case st.State == protocol.StateQueued && st.Worker == "":
+		// The admitter's announcement of why a job waits: unmarked; the
+		// job in the queue says.
 		if st.JobSeq == 0 {
 			return nil // not known: the worker ignores what it cannot apply
 		}
