@@ -77,6 +77,12 @@ type WorkspaceStatus struct {
 	// CaptureError says why the work could not be captured (the run's
 	// outcome is kept; nothing was stored).
 	CaptureError string `json:"capture_error,omitempty" msgpack:"capture_error,omitempty"`
+	// Cache says how the worker's repository cache served the checkout
+	// (SPEC 15): "hit", "miss" (the mirror fetched what was new) or
+	// "cold" (the cache could not serve it; CacheCold says why). Set on
+	// "running"; empty without a cache.
+	Cache     string `json:"cache,omitempty" msgpack:"cache,omitempty"`
+	CacheCold string `json:"cache_cold,omitempty" msgpack:"cache_cold,omitempty"`
 }
 
 // File statuses of ArtifactFile.Status.
