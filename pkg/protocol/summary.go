@@ -26,7 +26,9 @@ func (w WorkspaceStatus) MarshalJSON() ([]byte, error) {
 		Pushed       bool   `json:"pushed"`
 		PushError    string `json:"push_error,omitempty"`
 		CaptureError string `json:"capture_error,omitempty"`
-	}{w.StartSHA, w.EndSHA, w.Branch, w.FilesChanged, w.Additions, w.Deletions, w.Pushed, w.PushError, w.CaptureError})
+		Cache        string `json:"cache,omitempty"`
+		CacheCold    string `json:"cache_cold,omitempty"`
+	}{w.StartSHA, w.EndSHA, w.Branch, w.FilesChanged, w.Additions, w.Deletions, w.Pushed, w.PushError, w.CaptureError, w.Cache, w.CacheCold})
 }
 
 // MarshalJSON writes r with its counts always present: subtype, is_error,
