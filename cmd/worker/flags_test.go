@@ -31,6 +31,7 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 		{[]string{"--sandbox", "cloudflare"}, "--sandbox cloudflare needs --cf-bridge-url (env FLEET_CF_BRIDGE_URL)"},
 		{[]string{"--sandbox", "docker"}, `--sandbox must be local or cloudflare, not "docker"`},
 		{[]string{"serve", "now"}, `worker takes no arguments, only flags: "serve now"`},
+		{[]string{"--warm", "-1"}, "--warm must be between 0 and 64, not -1"},
 		{[]string{"--agent-cmd", "no-such-agent-on-path --flag"}, `--agent-cmd: "no-such-agent-on-path" is not an executable on PATH (install Claude Code`},
 	} {
 		code, _, errOut := fleettest.StartCommand(t, workerArgs(t, append(tc.args, "--nats-url", "nats://127.0.0.1:1")...)...).Wait(t)

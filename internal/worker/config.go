@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -59,6 +60,12 @@ type Config struct {
 	// Workspaces checks out and captures the repositories of jobs with a
 	// workspace (SPEC 8). Nil fails such jobs with workspace_checkout.
 	Workspaces *workspace.Workspaces
+	// EnvCache keeps the results of jobs' setup scripts (SPEC 15; setup.go);
+	// nil runs every setup.
+	EnvCache *envcache.Cache
+	// Warm is how many agents to keep started ahead per option profile
+	// (SPEC 15; warm.go); 0 starts every agent cold.
+	Warm int
 	// EnvAllow lists the names a job's options.env may set. Defaults to none.
 	EnvAllow []string
 	// ShutdownGrace is how long running jobs may finish on Stop before they
@@ -164,6 +171,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: DefaultSandbox %q has no provider", c.DefaultSandbox)
 	case c.Slots < 1 || c.Slots > 1024:
 		return errors.New("worker: Slots must be between 1 and 1024")
+	case c.Warm < 0 || c.Warm > 64:
+		return errors.New("worker: Warm must be between 0 and 64")
 	case c.ShutdownGrace < 0:
 		return errors.New("worker: ShutdownGrace must not be negative")
 	case c.PullHeartbeat*2 > c.PullExpiry:

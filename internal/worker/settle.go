@@ -109,6 +109,10 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	ev.V = protocol.SchemaVersion
 	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq
 	ev.Worker = q.w.cfg.ID
+	if ev.State == protocol.StateRunning {
+		warm := q.warm != nil
+		ev.Warm = &warm
+	}
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
