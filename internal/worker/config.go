@@ -18,6 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/warm"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
@@ -128,6 +129,8 @@ type TestConfig struct {
 	RunEnded func(tenant, id string, attempt int)
 	// SessionIdle, if set, replaces every session's idle timeout.
 	SessionIdle time.Duration
+	// WarmEvents, if set, is given the warm pool's events (warm.go).
+	WarmEvents func(<-chan warm.Event)
 }
 
 func (c Config) withDefaults() Config {

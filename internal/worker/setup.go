@@ -232,6 +232,6 @@ func logRepoCache(q *query, base workspace.Base) {
 	case workspace.CacheCold:
 		q.log.Warn().Str("repo_cache", base.Cache).Str("why", base.CacheCold).Msg("the repository cache could not serve the checkout; it was fetched cold")
 	default:
-		q.log.Info().Str("repo_cache", base.Cache).Msg("checkout served from the repository cache")
+		q.log.Info().Str("repo_cache", base.Cache).Msg("checkout made through the repository cache")
 	}
 }

@@ -35,10 +35,14 @@ func newWarmPool(w *Worker) (*warm.Pool, error) {
 	}
 	plain, _ := warm.ProfileOf(&protocol.Job{}, warm.Placement{Sandbox: w.cfg.DefaultSandbox})
 	log := w.log.With().Str("component", "warm").Logger()
-	return warm.New(warm.Config{
+	pool, err := warm.New(warm.Config{
 		N: w.cfg.Warm, Spawn: w.spawnWarm, Handshake: true,
 		Profiles: []warm.Profile{plain}, Logger: &log,
 	})
+	if err == nil && w.cfg.Test.WarmEvents != nil {
+		w.cfg.Test.WarmEvents(pool.Events())
+	}
+	return pool, err
 }
 
 // warmProcess is a warm agent's process with the sandbox it runs in.
