@@ -115,7 +115,7 @@ func linesContain(r fleettest.Run, s string) bool {
 
 // A one-shot job takes the warm agent: running says warm:true, the
 // result is the agent's answer to the job's prompt; the pool refills and
-// the next job is warm too. A session starts cold and says so.
+// the next job is warm too; so is a session, over two turns.
 func TestWarmOneShotJobsTakeWarmAgents(t *testing.T) {
 	t.Parallel()
 	wf := newWarmFleet(t, 1, nil)
@@ -132,13 +132,19 @@ func TestWarmOneShotJobsTakeWarmAgents(t *testing.T) {
 		require.True(t, linesContain(r, id+"-prompt"), "the agent answered the job's prompt")
 	}
 
+	wf.next(t, warm.EventReady)
 	sw := watchStatus(t, wf.f, "default", "warm-session")
-	submitSession(t, wf.f, "default", "warm-session", "hello", &protocol.Session{}, protocol.Options{})
+	submitSession(t, wf.f, "default", "warm-session", "session-first-prompt", &protocol.Session{}, protocol.Options{})
 	sw.state(protocol.StateIdle, 1)
+	sendCtl(t, wf.f, "default", "warm-session", input("session-second-input"))
+	sw.state(protocol.StateIdle, 2)
 	sendCtl(t, wf.f, "default", "warm-session", protocol.CtlOp{Op: protocol.OpEnd})
 	r := wf.f.Follow("default", "warm-session", wait)
+	fleettest.RequireContiguous(t, r)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
-	requireWarm(t, r, false)
+	require.Equal(t, 2, r.Final.Turn)
+	requireWarm(t, r, true)
+	require.True(t, linesContain(r, "session-first-prompt") && linesContain(r, "session-second-input"), "both turns answered")
 }
 
 // A warm agent killed while it waits is replaced; stopping the worker

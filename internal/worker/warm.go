@@ -2,12 +2,14 @@ package worker
 
 // Warm agents (SPEC 15, package warm): the worker owns a pool of agents
 // started ahead, per option profile, each in a sandbox of its own and
-// waiting in stream-json input mode. A one-shot job whose profile matches
-// takes one before its sandbox would be made: the warm agent's sandbox
-// becomes the run's, the job's prompt its first user message
-// (warm.Agent.Begin), and the runner reads it to its result
-// (agent.Runner.Adopt). Every other job starts cold, as before. "running"
-// says which ("warm": true|false, query.event).
+// waiting in stream-json input mode. A job whose profile matches takes
+// one before its sandbox would be made, and the warm agent's sandbox
+// becomes the run's: a one-shot job writes its prompt as the first user
+// message and closes the input (warm.Agent.Begin), then the runner reads
+// the agent to its result (agent.Runner.Adopt); a session adopts the
+// process (session.Adopt) and its first turn writes the prompt. Every
+// other job starts cold, as before. "running" says which ("warm":
+// true|false, query.event).
 
 import (
 	"cmp"
@@ -23,6 +25,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/warm"
 )
 
@@ -91,11 +94,12 @@ func randomHex(n int) string {
 }
 
 // takeWarm takes a warm agent for q's job, when the worker keeps them and
-// the job may use one (a one-shot job whose profile matches; sessions,
-// resumes, workspaces and setups start cold).
+// the job may use one (its profile matches; resumes, a session's later
+// attempt, workspaces and setups start cold).
 func (q *query) takeWarm() *warm.Agent {
 	pool := q.w.warm
-	if pool == nil || q.job.Session != nil {
+	if pool == nil || q.job.Session != nil && q.attempt > 1 {
+		// A session's later attempt may restore its checkpoint.
 		return nil
 	}
 	p, cold := warm.ProfileOf(q.job, warm.Placement{Sandbox: cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox)})
@@ -148,6 +152,35 @@ func (o *oneShot) runAgent(ctx context.Context, req agent.Request, emit agent.Em
 		q.log.Warn().Err(serr).Msg("stopping the warm agent")
 	}
 	return q.w.cfg.Runner.Run(ctx, req, emit)
+}
+
+// adoptWarm makes the first process of a session the warm agent q took:
+// bound to the run, its first message written by the session's first
+// turn. ok false: start one (no warm agent, a later process, a resumed
+// session, or the warm agent could not be bound, which is stopped).
+func (r *sessionRun) adoptWarm(ctx context.Context, spec session.Spec, emit agent.EmitFunc) (*session.Session, bool) {
+	q := r.q
+	a := q.warm
+	if a == nil || r.procs > 1 {
+		return nil, false
+	}
+	wp := a.Process().(*warmProcess)
+	err := errors.New("the session resumes " + spec.Resume)
+	if spec.Resume == "" {
+		err = a.Bind(ctx, warm.Run{Tenant: q.job.Tenant, ID: q.job.ID})
+	}
+	var s *session.Session
+	if err == nil {
+		s, err = session.Adopt(q.w.cfg.Sessions, spec, adopted{wp, a.Stdout()}, emit)
+	}
+	if err == nil {
+		return s, true
+	}
+	r.log.Warn().Err(err).Msg("not using the warm agent; starting the session's agent cold in its sandbox")
+	if serr := wp.Stop(context.WithoutCancel(ctx), time.Second); serr != nil && !errors.Is(serr, sandbox.ErrExited) {
+		r.log.Warn().Err(serr).Msg("stopping the warm agent")
+	}
+	return nil, false
 }
 
 // adopted is a warm agent's process as the runner reads it: its output
