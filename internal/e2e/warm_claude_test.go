@@ -1,0 +1,41 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/anthropicfake"
+	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/warm"
+)
+
+// A one-shot job on a warm Claude Code (the pinned CLI against the fake
+// API): running says warm:true, the CLI's first model call carries the
+// job's prompt, and the run ends with the CLI's own result.
+func TestWarmClaudeOneShot(t *testing.T) {
+	t.Parallel()
+	b := setupClaude(t, func(r *anthropicfake.Request) anthropicfake.Reply { return text("warm answer to " + r.LastUserText()) })
+	events := make(chan (<-chan warm.Event), 1)
+	w := b.f.StartWorker(fleettest.WorkerOpts{Slots: 1, SandboxEnv: b.env,
+		AgentMod: func(c *agent.Config) { c.Command = []string{b.claude} },
+		Mod: func(c *worker.Config) {
+			c.Warm = 1
+			c.Test.WarmEvents = func(ch <-chan warm.Event) { events <- ch }
+		}})
+	fleettest.WaitReady(t, w.W)
+	wf := &warmFleet{f: b.f, w: w, events: <-events}
+	wf.next(t, warm.EventReady)
+
+	b.f.SubmitJSON("default", "warm-claude", "what is a warm start?")
+	r := b.f.Follow("default", "warm-claude", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	requireWarm(t, r, true)
+	require.False(t, r.Final.Result.Synthetic, "the CLI's own result")
+	require.True(t, linesContain(r, "warm answer to what is a warm start?"), "the CLI answered the job's prompt")
+	require.Contains(t, userTurns(b.fake), "what is a warm start?")
+}
