@@ -211,6 +211,12 @@ func submitSetupJob(t *testing.T, f *fleettest.Fleet, id, prompt, repo, setup st
 // cachedFleet is a warm fleet whose worker has the repository cache and
 // the environment cache in one directory, as --repo-cache makes them.
 func cachedFleet(t *testing.T) *warmFleet {
+	wf, _ := cachedFleetIn(t)
+	return wf
+}
+
+// cachedFleetIn is cachedFleet, with the caches' directory.
+func cachedFleetIn(t *testing.T) (*warmFleet, string) {
 	dir := t.TempDir()
 	return newWarmFleet(t, 1, func(c *worker.Config) {
 		repos, err := repocache.Open(repocache.Config{Dir: dir, AllowFile: true})
@@ -220,7 +226,7 @@ func cachedFleet(t *testing.T) *warmFleet {
 		ws, err := workspace.New(workspace.Config{Store: c.Checkpoints, AllowFile: true, Cache: repos, Logger: c.Logger})
 		require.NoError(t, err)
 		c.Workspaces, c.EnvCache = ws, envs
-	})
+	}), dir
 }
 
 // A setup runs after the checkout and before the agent, its output on
@@ -274,4 +280,29 @@ func TestFailingSetupFailsTheRunWithItsOutput(t *testing.T) {
 	require.Equal(t, []string{"about to fail", "on stderr"}, setupLines(t, wf.f, "setup-bad"))
 	require.False(t, linesContain(r, "never answered"), "the agent never started")
 	require.Empty(t, wf.started, "no agent started")
+}
+
+// Caches that cannot work (their directories broken under them, as a full
+// disk would) fail nothing: the checkout is fetched cold and "running"
+// says so with the reason; the setup runs and says its environment was
+// not cached.
+func TestBrokenCachesRunColdAndSaySo(t *testing.T) {
+	t.Parallel()
+	wf, dir := cachedFleetIn(t)
+	for _, d := range []string{"mirrors", "envs"} {
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, d)))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, d), []byte("not a directory"), 0o600))
+	}
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	submitSetupJob(t, wf.f, "cold-1", "/standin cat=out.txt", repo.URL, "echo made > out.txt\necho setup ran\n")
+	r := wf.f.Follow("default", "cold-1", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	require.True(t, linesContain(r, "made"), "the setup ran before the agent")
+	running := runningOf(t, r)
+	require.Equal(t, workspace.CacheCold, running.Workspace.Cache)
+	require.NotEmpty(t, running.Workspace.CacheCold, "the reason the cache could not serve it")
+	lines := setupLines(t, wf.f, "cold-1")
+	require.Len(t, lines, 2, "%q", lines)
+	require.Equal(t, "setup ran", lines[0])
+	require.Contains(t, lines[1], "[fleet] setup environment not cached: ")
 }

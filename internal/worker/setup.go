@@ -114,7 +114,7 @@ func (m *setupMode) setup(ctx context.Context, sb sandbox.Sandbox) (string, erro
 	}
 	q.log.Info().Int("lines", out.n).Msg("setup done")
 	if cache != nil {
-		m.save(ctx, sb, cache, key, workdir, before)
+		m.save(ctx, sb, cache, key, workdir, before, out)
 	}
 	return "", nil
 }
@@ -138,8 +138,9 @@ func (m *setupMode) cacheKey(sb sandbox.Sandbox) (*envcache.Cache, string, strin
 }
 
 // save stores what the setup left in the checkout. A failure is logged
-// and said: the job ran its setup cold, nothing fails for the cache.
-func (m *setupMode) save(ctx context.Context, sb sandbox.Sandbox, cache *envcache.Cache, key, workdir string, before envcache.Snapshot) {
+// and said (a last line on .setup, marked [fleet]): the job ran its setup
+// cold, nothing fails for the cache.
+func (m *setupMode) save(ctx context.Context, sb sandbox.Sandbox, cache *envcache.Cache, key, workdir string, before envcache.Snapshot, out *tailLines) {
 	q := m.q
 	after, err := envcache.TakeSnapshot(ctx, sb)
 	var res envcache.Result
@@ -147,7 +148,8 @@ func (m *setupMode) save(ctx context.Context, sb sandbox.Sandbox, cache *envcach
 		res, err = cache.Save(ctx, key, workdir, envcache.Changed(before, after))
 	}
 	if err != nil {
-		q.log.Warn().Err(err).Msg("setup environment not cached: " + err.Error())
+		q.log.Warn().Err(err).Msg("setup environment not cached")
+		out.publish("[fleet] setup environment not cached: " + err.Error())
 		return
 	}
 	q.log.Info().Int("files", res.Files).Int64("bytes", res.Bytes).Msg("setup environment cached")
@@ -171,6 +173,11 @@ func (t *tailLines) line(s string) {
 		t.size -= len(t.last[0]) + 1
 		t.last = t.last[1:]
 	}
+	t.publish(s)
+}
+
+// publish publishes one line on .setup.
+func (t *tailLines) publish(s string) {
 	msg := nats.NewMsg(t.subject)
 	msg.Data = []byte(s)
 	msg.Header.Set(protocol.HeaderAttempt, strconv.Itoa(t.q.attempt))
