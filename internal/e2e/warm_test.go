@@ -306,3 +306,22 @@ func TestBrokenCachesRunColdAndSaySo(t *testing.T) {
 	require.Equal(t, "setup ran", lines[0])
 	require.Contains(t, lines[1], "[fleet] setup environment not cached: ")
 }
+
+// A setup that does not finish is bounded by the job's timeout: the run
+// fails with error.code setup, its output kept, the agent never started.
+func TestHangingSetupEndsAtTheJobsTimeout(t *testing.T) {
+	t.Parallel()
+	wf := cachedFleet(t)
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	timeout := 2
+	b, err := json.Marshal(protocol.Job{ID: "setup-hang", Prompt: "never answered", Options: protocol.Options{TimeoutS: &timeout},
+		Workspace: &protocol.Workspace{Repo: repo.URL}, Setup: "echo waiting forever\nsleep 600\n"})
+	require.NoError(t, err)
+	wf.f.PublishJob("default", b, map[string]string{protocol.HeaderMsgID: "setup-hang"})
+	r := wf.f.Follow("default", "setup-hang", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Equal(t, protocol.CodeSetup, r.Final.Error.Code)
+	require.Contains(t, r.Final.Error.Message, "setup did not finish")
+	require.Contains(t, r.Final.Error.Message, "waiting forever")
+	require.Empty(t, wf.started, "no agent started")
+}
