@@ -21,6 +21,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/repocache"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/warm"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
@@ -324,4 +325,38 @@ func TestHangingSetupEndsAtTheJobsTimeout(t *testing.T) {
 	require.Contains(t, r.Final.Error.Message, "setup did not finish")
 	require.Contains(t, r.Final.Error.Message, "waiting forever")
 	require.Empty(t, wf.started, "no agent started")
+}
+
+// In a contained sandbox (SPEC 14) the agent runs as another uid: what
+// the setup left is restored for the second job as the agent's, which
+// can change it.
+func TestContainedSetupRestoreIsTheAgents(t *testing.T) {
+	t.Parallel()
+	if err := sandbox.CheckContained(); err != nil {
+		t.Skipf("contained sandboxes cannot be made here (.ci/run installs bubblewrap): %v", err)
+	}
+	dir := t.TempDir()
+	wf := newWarmFleet(t, 0, func(c *worker.Config) {
+		local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Isolation: sandbox.IsolationContained})
+		require.NoError(t, err)
+		c.Providers = map[string]sandbox.Provider{"local": local}
+		repos, err := repocache.Open(repocache.Config{Dir: dir, AllowFile: true})
+		require.NoError(t, err)
+		envs, err := envcache.Open(envcache.Config{Dir: filepath.Join(dir, "envs")})
+		require.NoError(t, err)
+		ws, err := workspace.New(workspace.Config{Store: c.Checkpoints, AllowFile: true, Cache: repos, Logger: c.Logger})
+		require.NoError(t, err)
+		c.Workspaces, c.EnvCache = ws, envs
+	})
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	setup := "mkdir -p vendor\necho built-by-setup > vendor/lib.txt\necho setup ran\n"
+	for i, id := range []string{"contained-1", "contained-2"} {
+		submitSetupJob(t, wf.f, id, "/standin append=vendor/lib.txt cat=vendor/lib.txt", repo.URL, setup)
+		r := wf.f.Follow("default", id, wait)
+		require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+		require.True(t, linesContain(r, `built-by-setup\nstand-in edit`), "the agent changed the setup's file: %s", r.Lines)
+		if i == 1 {
+			require.Empty(t, setupLines(t, wf.f, id), "restored, not run again")
+		}
+	}
 }
