@@ -360,3 +360,24 @@ func TestContainedSetupRestoreIsTheAgents(t *testing.T) {
 		}
 	}
 }
+
+// Warm agents start in contained sandboxes too (SPEC 14): a one-shot job
+// takes one and is answered.
+func TestContainedWarmAgent(t *testing.T) {
+	t.Parallel()
+	if err := sandbox.CheckContained(); err != nil {
+		t.Skipf("contained sandboxes cannot be made here (.ci/run installs bubblewrap): %v", err)
+	}
+	wf := newWarmFleet(t, 1, func(c *worker.Config) {
+		local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Isolation: sandbox.IsolationContained})
+		require.NoError(t, err)
+		c.Providers = map[string]sandbox.Provider{"local": local}
+	})
+	wf.next(t, warm.EventReady)
+	wf.f.SubmitJSON("default", "contained-warm", "contained-warm-prompt")
+	r := wf.f.Follow("default", "contained-warm", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+	requireWarm(t, r, true)
+	require.True(t, linesContain(r, "contained-warm-prompt"))
+}
