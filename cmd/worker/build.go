@@ -18,6 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/repocache"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -74,7 +75,11 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 	if err != nil {
 		return nil, err
 	}
-	workspaces, err := newWorkspaces(o, p.objects, log)
+	repos, envs, err := openCaches(o)
+	if err != nil {
+		return nil, err
+	}
+	workspaces, err := newWorkspaces(o, p.objects, repos, log)
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +103,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Metrics:     worker.NewMetrics(p.reg, o.slots, p.jl.Backlog),
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
 		Checkpoints: p.objects, Gateway: p.gw, TenantBudget: worker.TenantBudgets(js, p.names, log),
+		EnvCache: envs, Warm: o.warm,
 	})
 	if err != nil {
 		return nil, failed(2, "worker", err)
@@ -167,7 +173,7 @@ func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, 
 
 // newWorkspaces makes the workspaces' checkout and capture, with
 // --git-credentials.
-func newWorkspaces(o *options, objects storage.Store, log zerolog.Logger) (*workspace.Workspaces, error) {
+func newWorkspaces(o *options, objects storage.Store, repos *repocache.Cache, log zerolog.Logger) (*workspace.Workspaces, error) {
 	var creds workspace.Credentials
 	if o.gitCreds != "" {
 		var err error
@@ -176,7 +182,7 @@ func newWorkspaces(o *options, objects storage.Store, log zerolog.Logger) (*work
 		}
 	}
 	ws, err := workspace.New(workspace.Config{
-		Store: objects, Credentials: creds, AllowFile: o.wsAllowFile, MaxBytes: o.wsMaxBytes, Logger: &log,
+		Store: objects, Credentials: creds, AllowFile: o.wsAllowFile, MaxBytes: o.wsMaxBytes, Logger: &log, Cache: repos,
 	})
 	if err != nil {
 		return nil, failed(2, "workspaces", err)

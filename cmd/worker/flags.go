@@ -37,6 +37,8 @@ type options struct {
 	modelUpstream                string
 	modelPricesFile              string
 	modelPrices                  gateway.Prices
+	repoCache                    string
+	warm                         int
 
 	// command is --agent-cmd split like a shell, its program made
 	// absolute when given as a relative path (validate).
@@ -72,6 +74,8 @@ func flags(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.wsAllowFile, "workspace-allow-file", false, "allow file:// workspace repositories: tests and single-machine use (env FLEET_WORKSPACE_ALLOW_FILE)")
 	fs.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", 2<<30, "fail a workspace checkout whose fetched repository is larger; 0 = no limit (env FLEET_WORKSPACE_MAX_BYTES)")
 	fs.DurationVar(&o.exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
+	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (SPEC 15); empty = none (env FLEET_REPO_CACHE)")
+	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (SPEC 15); 0 = off (env FLEET_WARM)")
 	return fs
 }
 
@@ -103,6 +107,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--agent-cmd must name a program: %w", err)
 	case len(command) == 0:
 		return errors.New("--agent-cmd must name a program")
+	}
+	if o.warm < 0 || o.warm > 64 {
+		return fmt.Errorf("--warm must be between 0 and 64, not %d", o.warm)
 	}
 	if o.sessionFilesMax < 1 {
 		return fmt.Errorf("--session-files-max must be at least 1 byte, not %d", o.sessionFilesMax)

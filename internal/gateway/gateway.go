@@ -177,6 +177,7 @@ type Gateway struct {
 
 	mu         sync.Mutex
 	runs       map[[32]byte]*run
+	unbound    map[[32]byte]bool // OpenUnbound's tokens not yet bound (unbound.go)
 	tenantLive map[string]float64
 	stopped    bool
 }

@@ -13,11 +13,13 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/session"
 	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/warm"
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
@@ -60,6 +62,12 @@ type Config struct {
 	// Workspaces checks out and captures the repositories of jobs with a
 	// workspace (SPEC 8). Nil fails such jobs with workspace_checkout.
 	Workspaces *workspace.Workspaces
+	// EnvCache keeps the results of jobs' setup scripts (SPEC 15; setup.go);
+	// nil runs every setup.
+	EnvCache *envcache.Cache
+	// Warm is how many agents to keep started ahead per option profile
+	// (SPEC 15; warm.go); 0 starts every agent cold.
+	Warm int
 	// EnvAllow lists the names a job's options.env may set. Defaults to none.
 	// The model credential variables and ANTHROPIC_BASE_URL are never
 	// allowed (ReservedModelEnv).
@@ -133,6 +141,8 @@ type TestConfig struct {
 	RunEnded func(tenant, id string, attempt int)
 	// SessionIdle, if set, replaces every session's idle timeout.
 	SessionIdle time.Duration
+	// WarmEvents, if set, is given the warm pool's events (warm.go).
+	WarmEvents func(<-chan warm.Event)
 }
 
 func (c Config) withDefaults() Config {
@@ -176,6 +186,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: DefaultSandbox %q has no provider", c.DefaultSandbox)
 	case c.Slots < 1 || c.Slots > 1024:
 		return errors.New("worker: Slots must be between 1 and 1024")
+	case c.Warm < 0 || c.Warm > 64:
+		return errors.New("worker: Warm must be between 0 and 64")
 	case c.ShutdownGrace < 0:
 		return errors.New("worker: ShutdownGrace must not be negative")
 	case reservedIn(c.EnvAllow) != "":

@@ -17,6 +17,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/warm"
 )
 
 // A job's path through the worker, top to bottom:
@@ -152,6 +153,8 @@ type query struct {
 	// runCtx is cancelled (cancelRun) by a cancel, a hand-back or a fence.
 	runCtx    context.Context
 	cancelRun context.CancelCauseFunc
+	// warm is the warm agent this attempt took (warm.go), nil for a cold start.
+	warm *warm.Agent
 	runFlags
 }
 
@@ -184,7 +187,7 @@ func (q *query) run(provider sandbox.Provider) {
 
 	// The sandbox is made while the claim is in flight: nobody else sees
 	// it, and the agent starts in it only once the claim is stored.
-	box := newBox(q.runCtx, q.w, q.log, provider, sandboxSpec(q.job, msgSeqOf(q.msg), q.attempt))
+	box := q.newRunBox(provider, sandboxSpec(q.job, msgSeqOf(q.msg), q.attempt))
 	// Claim the query (package fence): the first status of this attempt is
 	// a compare-and-set on the query's last status, and from then on no
 	// older attempt can store a line or a status. Bounded, so a worker that

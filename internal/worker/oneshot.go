@@ -46,7 +46,7 @@ func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFu
 		j.Options.Resume = r.sid
 		job = &j
 	}
-	out, err := q.w.cfg.Runner.Run(ctx, o.request(sb, job), emit)
+	out, err := o.runAgent(ctx, o.request(sb, job), emit)
 	if err == nil && !out.HandedBack && out.SessionID != "" && store != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		_, serr := session.SaveMax(cctx, store, sb, q.job.Tenant, q.job.ID, session.Checkpoint{

@@ -100,6 +100,9 @@ func newMode(q *query, env map[string]string) mode {
 	if t := q.w.cfg.Test; t.RunStarted != nil || t.RunEnded != nil {
 		m = hooked{mode: m, q: q}
 	}
+	if q.job.Setup != "" {
+		m = &setupMode{mode: m, q: q}
+	}
 	if q.job.Workspace != nil {
 		m = &workspaceMode{mode: m, q: q}
 	}

@@ -21,6 +21,9 @@ type box struct {
 	cleanup *sync.WaitGroup
 	log     zerolog.Logger
 	wait    func() (sandbox.Sandbox, error)
+	// close, when set, ends the sandbox instead of Destroy (a warm
+	// agent's: its process stopped, then its sandbox released; warm.go).
+	close func(context.Context) error
 }
 
 // newBox starts making the sandbox of spec with provider, bounded by
@@ -62,7 +65,11 @@ func (b *box) destroy(sb sandbox.Sandbox) {
 func (b *box) destroyNow(sb sandbox.Sandbox, what string) {
 	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := sb.Destroy(dctx); err != nil {
+	destroy := sb.Destroy
+	if b.close != nil {
+		destroy = b.close
+	}
+	if err := destroy(dctx); err != nil {
 		b.log.Warn().Err(err).Msg(what)
 	}
 }

@@ -183,7 +183,7 @@ func (r *sessionRun) start(ctx context.Context, resume string, emit agent.EmitFu
 	if r.procs > 1 {
 		id = fmt.Sprintf("session-%d-r%d", q.attempt, r.procs-1)
 	}
-	return session.Start(ctx, q.w.cfg.Sessions, session.Spec{
+	spec := session.Spec{
 		Sandbox: r.sb, Job: r.cp.Job, Env: r.env, ProcID: id, Resume: resume,
 		OnRequest: func(req session.Request) {
 			select {
@@ -191,7 +191,11 @@ func (r *sessionRun) start(ctx context.Context, resume string, emit agent.EmitFu
 			case <-ctx.Done():
 			}
 		},
-	}, emit)
+	}
+	if s, ok := r.adoptWarm(ctx, spec, emit); ok {
+		return s, nil
+	}
+	return session.Start(ctx, q.w.cfg.Sessions, spec, emit)
 }
 
 // idleStatus is the idle status; it says when the last checkpoint could

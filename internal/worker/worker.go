@@ -127,6 +127,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/warm"
 )
 
 // Worker pulls and runs jobs. Its lifecycle is package startstop's: a
@@ -172,6 +173,8 @@ type Worker struct {
 	// subscription for every line's acknowledgement.
 	pub *jspub.Publisher
 	hb  heartbeat
+	// warm is the pool of warm agents (warm.go), nil without Config.Warm.
+	warm *warm.Pool
 }
 
 // New validates cfg and returns a Worker.
@@ -210,6 +213,9 @@ func New(cfg Config) (*Worker, error) {
 		handback:    hcancel,
 		freed:       make(chan struct{}, 1),
 		hb:          heartbeat{every: cfg.Heartbeat, reset: make(chan struct{}, 1), done: make(chan struct{})},
+	}
+	if w.warm, err = newWarmPool(w); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.queries = &queries{js: js, name: cfg.Names.QueriesStream(), timeout: cfg.PublishTimeout,
 		cleanup: &w.cleanup, stopping: w.life.Stopping}
@@ -270,6 +276,12 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribing to the claims' read replies: %w", err)
 	}
 	w.ctlSub = sub
+	if w.warm != nil {
+		if err := w.warm.Start(context.WithoutCancel(ctx)); err != nil {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("worker: starting the warm agents: %w", err)
+		}
+	}
 	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w.hb.stop = stop
 	go func() { defer close(w.hb.done); w.heartbeats(hctx) }()
@@ -283,6 +295,12 @@ func (w *Worker) start(ctx context.Context) error {
 // and the providers.
 func (w *Worker) stop(ctx context.Context) error {
 	close(w.stopCh)
+	if w.warm != nil {
+		// No job takes a warm agent any more: stop those not taken.
+		if err := w.warm.Stop(ctx); err != nil {
+			w.log.Warn().Err(err).Msg("stopping the warm agents")
+		}
+	}
 	select {
 	case <-w.loopDone:
 	case <-ctx.Done():

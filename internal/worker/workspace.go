@@ -100,7 +100,9 @@ func (m *workspaceMode) checkout(ctx context.Context, sb sandbox.Sandbox, emit a
 	}
 	switch {
 	case err == nil:
-		q.status(protocol.StatusEvent{State: protocol.StateRunning, Workspace: &protocol.WorkspaceStatus{StartSHA: base.StartSHA}})
+		logRepoCache(q, base)
+		q.status(protocol.StatusEvent{State: protocol.StateRunning, Workspace: &protocol.WorkspaceStatus{
+			StartSHA: base.StartSHA, Cache: base.Cache, CacheCold: base.CacheCold}})
 		return base, out, true, nil
 	case errors.Is(context.Cause(ctx), agent.ErrHandback):
 		return base, agent.Outcome{HandedBack: true}, false, nil

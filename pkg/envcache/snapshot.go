@@ -31,6 +31,11 @@ var statusArgs = []string{"git", "-c", "core.hooksPath=/dev/null", "-c", "core.f
 	"-c", "core.quotePath=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
 	"status", "--porcelain", "-z", "--ignored", "--untracked-files=all"}
 
+// statusEnv is git status's environment: the hardening of the workspace's git calls
+// hardening (no system or global configuration: a contained sandbox's
+// agent uid may not read the host's), and no optional locks.
+var statusEnv = map[string]string{"GIT_OPTIONAL_LOCKS": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+
 // TakeSnapshot runs git status --porcelain -z --ignored
 // --untracked-files=all in sb's checkout and stats every path it lists
 // from this machine (sb must implement sandbox.HostWorkDir). git runs
@@ -42,7 +47,7 @@ func TakeSnapshot(ctx context.Context, sb sandbox.Sandbox) (Snapshot, error) {
 	if !ok {
 		return nil, errors.New("envcache: the sandbox's checkout is not on this machine")
 	}
-	p, err := sb.Start(ctx, sandbox.ProcSpec{ID: "envcache-status-" + random(), Argv: statusArgs, Env: map[string]string{"GIT_OPTIONAL_LOCKS": "0"}})
+	p, err := sb.Start(ctx, sandbox.ProcSpec{ID: "envcache-status-" + random(), Argv: statusArgs, Env: statusEnv})
 	if err != nil {
 		return nil, fmt.Errorf("envcache: git status: %w", err)
 	}

@@ -103,6 +103,9 @@ type StatusEvent struct {
 	// tenant's queue (1 = next), 0 when not known.
 	Reason   string `json:"reason,omitempty" msgpack:"reason,omitempty"`
 	Position int    `json:"position,omitempty" msgpack:"position,omitempty"`
+	// Warm is set on "running" (SPEC 15): whether the run took a warm
+	// agent (true) or started its agent cold (false).
+	Warm *bool `json:"warm,omitempty" msgpack:"warm,omitempty"`
 }
 
 // SchemaVersion is the V of every envelope this code writes.

@@ -27,7 +27,9 @@ func (w WorkspaceStatus) MarshalJSON() ([]byte, error) {
 		PushError    string `json:"push_error,omitempty"`
 		CaptureError string `json:"capture_error,omitempty"`
 		Checkpoint   bool   `json:"checkpoint,omitempty"`
-	}{w.StartSHA, w.EndSHA, w.Branch, w.FilesChanged, w.Additions, w.Deletions, w.Pushed, w.PushError, w.CaptureError, w.Checkpoint})
+		Cache        string `json:"cache,omitempty"`
+		CacheCold    string `json:"cache_cold,omitempty"`
+	}{w.StartSHA, w.EndSHA, w.Branch, w.FilesChanged, w.Additions, w.Deletions, w.Pushed, w.PushError, w.CaptureError, w.Checkpoint, w.Cache, w.CacheCold})
 }
 
 // MarshalJSON writes r with its counts always present: subtype, is_error,

@@ -80,6 +80,12 @@ type WorkspaceStatus struct {
 	// Checkpoint marks the work of a parked session: as of its last
 	// checkpoint, not final (the session goes on).
 	Checkpoint bool `json:"checkpoint,omitempty" msgpack:"checkpoint,omitempty"`
+	// Cache says how the worker's repository cache served the checkout
+	// (SPEC 15): "hit", "miss" (the mirror fetched what was new) or
+	// "cold" (the cache could not serve it; CacheCold says why). Set on
+	// "running"; empty without a cache.
+	Cache     string `json:"cache,omitempty" msgpack:"cache,omitempty"`
+	CacheCold string `json:"cache_cold,omitempty" msgpack:"cache_cold,omitempty"`
 }
 
 // File statuses of ArtifactFile.Status.

@@ -172,28 +172,7 @@ func Start(ctx context.Context, cfg Config, spec Spec, emit agent.EmitFunc) (*Se
 	if err != nil {
 		return nil, fmt.Errorf("session: start query %s: %w", spec.Job.ID, err)
 	}
-	s := &Session{
-		cfg: cfg, proc: proc, emit: emit, spec: spec,
-		log:        cfg.Logger.With().Str("component", "session").Str("query_id", spec.Job.ID).Logger(),
-		results:    make(chan *protocol.Result, 16),
-		readerDone: make(chan struct{}),
-		waitDone:   make(chan struct{}),
-		pending:    make(map[string]Request),
-		sessionID:  opts.Resume,
-		started:    time.Now(),
-	}
-	go func() {
-		defer close(s.readerDone)
-		s.rr = s.read(proc.Stdout())
-	}()
-	go func() {
-		defer close(s.waitDone)
-		st, err := proc.Wait(context.Background())
-		if err == nil {
-			s.exit = &st
-		}
-	}()
-	return s, nil
+	return newSession(cfg, spec, proc, emit, opts.Resume), nil
 }
 
 // SessionID is the agent's session id: from its first init line, or the

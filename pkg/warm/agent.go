@@ -97,14 +97,8 @@ func (a *Agent) Stdin() io.WriteCloser { return a.sp.Process.Stdin() }
 func (a *Agent) Begin(ctx context.Context, run Run, prompt string, closeInput bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.begun {
-		return ErrBegun
-	}
-	a.begun = true
-	if a.sp.Bind != nil {
-		if err := a.sp.Bind(ctx, run); err != nil {
-			return fmt.Errorf("warm: binding the agent to query %s: %w", run.ID, err)
-		}
+	if err := a.bind(ctx, run); err != nil {
+		return err
 	}
 	line, err := UserLine(prompt)
 	if err != nil {
@@ -117,6 +111,29 @@ func (a *Agent) Begin(ctx context.Context, run Run, prompt string, closeInput bo
 	if closeInput {
 		if err := in.Close(); err != nil {
 			return fmt.Errorf("warm: closing the input of query %s: %w", run.ID, err)
+		}
+	}
+	return nil
+}
+
+// Bind binds the agent to run without writing to it: the taker writes
+// the first user message itself (a session, whose turns the session
+// writes). Bind or Begin, once.
+func (a *Agent) Bind(ctx context.Context, run Run) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bind(ctx, run)
+}
+
+// bind is Bind with mu held.
+func (a *Agent) bind(ctx context.Context, run Run) error {
+	if a.begun {
+		return ErrBegun
+	}
+	a.begun = true
+	if a.sp.Bind != nil {
+		if err := a.sp.Bind(ctx, run); err != nil {
+			return fmt.Errorf("warm: binding the agent to query %s: %w", run.ID, err)
 		}
 	}
 	return nil

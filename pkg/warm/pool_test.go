@@ -3,7 +3,9 @@ package warm_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,14 @@ func TestTakeHandsOutAWaitingAgentThatAnswersThePrompt(t *testing.T) {
 	}
 	s.mu.Unlock()
 	require.Equal(t, 1, bound, "Begin bound exactly one token, to q1")
+
+	// Bind binds b without writing to it; Begin after it is refused.
+	require.NoError(t, b.Bind(ctx, warm.Run{Tenant: "acme", ID: "q3"}))
+	require.ErrorIs(t, b.Begin(ctx, warm.Run{Tenant: "acme", ID: "q4"}, "x", true), warm.ErrBegun)
+	s.mu.Lock()
+	boundQ3 := slices.Contains(slices.Collect(maps.Values(s.tokens)), "q3")
+	s.mu.Unlock()
+	require.True(t, boundQ3, "Bind bound b's token to q3")
 
 	require.NoError(t, a.Close(ctx))
 	require.NoError(t, b.Close(ctx))
