@@ -85,7 +85,16 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 	if w.cfg.TenantBudget != nil {
 		info.TenantBudget = w.cfg.TenantBudget(job.Tenant)
 	}
-	token, url := w.cfg.Gateway.Open(info)
+	token, url := q.warmToken(), w.cfg.Gateway.URL()
+	if token != "" {
+		// A warm agent holds a token minted unbound at its spawn: it
+		// becomes this run's before the agent gets its first message.
+		if err := w.cfg.Gateway.Bind(token, info); err != nil {
+			return agent.Outcome{}, fmt.Errorf("binding the warm agent's gateway token: %w", err)
+		}
+	} else {
+		token, url = w.cfg.Gateway.Open(info)
+	}
 	m.opened = true
 	m.env[envBaseURL], m.env[envAPIKey], m.env[envNonessential] = url, token, "1"
 	out, runErr := m.mode.run(ctx, sb, emit)

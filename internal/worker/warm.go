@@ -48,10 +48,13 @@ func newWarmPool(w *Worker) (*warm.Pool, error) {
 	return pool, err
 }
 
-// warmProcess is a warm agent's process with the sandbox it runs in.
+// warmProcess is a warm agent's process with the sandbox it runs in, and
+// its model gateway token (minted unbound at spawn; bound to the run by
+// meteredMode at take), "" without a gateway.
 type warmProcess struct {
 	sandbox.InteractiveProcess
-	sb sandbox.Sandbox
+	sb    sandbox.Sandbox
+	token string
 }
 
 // spawnWarm starts one agent of profile p in a new sandbox of p's
@@ -69,11 +72,27 @@ func (w *Worker) spawnWarm(ctx context.Context, p warm.Profile) (warm.Spawned, e
 			return warm.Spawned{}, fmt.Errorf("options.env.%s is not in the operator's allow-list", k)
 		}
 	}
+	var token string
+	if gw := w.cfg.Gateway; gw != nil && p.Sandbox == protocol.SandboxLocal {
+		// As meteredMode gives a cold agent, with a token of no run yet.
+		var url string
+		token, url = gw.OpenUnbound()
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[envBaseURL], env[envAPIKey], env[envNonessential] = url, token, "1"
+	}
+	revoke := func() {
+		if token != "" {
+			w.cfg.Gateway.Revoke(token)
+		}
+	}
 	sb, err := provider.Create(ctx, sandbox.Spec{ID: "warm-" + randomHex(8)})
 	if err != nil {
+		revoke()
 		return warm.Spawned{}, err
 	}
-	release := func(ctx context.Context) error { return sb.Destroy(ctx) }
+	release := func(ctx context.Context) error { revoke(); return sb.Destroy(ctx) }
 	isb, ok := sb.(sandbox.Interactive)
 	if !ok {
 		_ = release(ctx)
@@ -84,7 +103,7 @@ func (w *Worker) spawnWarm(ctx context.Context, p warm.Profile) (warm.Spawned, e
 		_ = release(context.WithoutCancel(ctx))
 		return warm.Spawned{}, err
 	}
-	return warm.Spawned{Process: &warmProcess{InteractiveProcess: proc, sb: sb}, Release: release}, nil
+	return warm.Spawned{Process: &warmProcess{InteractiveProcess: proc, sb: sb, token: token}, Release: release}, nil
 }
 
 func randomHex(n int) string {
@@ -181,6 +200,15 @@ func (r *sessionRun) adoptWarm(ctx context.Context, spec session.Spec, emit agen
 		r.log.Warn().Err(serr).Msg("stopping the warm agent")
 	}
 	return nil, false
+}
+
+// warmToken is the gateway token of the warm agent q took, "" when it
+// took none or the agent has no token.
+func (q *query) warmToken() string {
+	if q.warm == nil {
+		return ""
+	}
+	return q.warm.Process().(*warmProcess).token
 }
 
 // adopted is a warm agent's process as the runner reads it: its output
