@@ -50,7 +50,7 @@ func TestRevokeOnRunningServer(t *testing.T) {
 	select {
 	case <-closed:
 		require.Less(t, time.Since(start), 5*time.Second)
-		<-why
+		_ = <-why
 		require.ErrorIs(t, <-aErrs, nats.ErrAuthRevoked)
 	case <-time.After(5 * time.Second):
 		t.Fatal("a's connection was not closed within 5 s of the revocation")

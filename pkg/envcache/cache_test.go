@@ -121,7 +121,7 @@ func TestRestorePutsBackWhatTheSetupLeft(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(wd, "node_modules/.bin-run"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
-	require.Equal(t, uint64(1), uint64(fi.Sys().(*syscall.Stat_t).Nlink), "a copy, not a hard link into the cache")
+	require.Equal(t, uint64(1), uint64(fi.Sys().(*syscall.Stat_t).Nlink), "a copy, not a hard link into the cache") //nolint:unconvert // Nlink is not uint64 on every platform
 	require.NotContains(t, read(t, filepath.Join(wd, "README")), "deps", "tracked files are as the setup left them")
 
 	// The agent writing a restored file does not change the cache.

@@ -69,7 +69,12 @@ func parseManifest(sc *bufio.Scanner) ([]item, int64, error) {
 func parseItem(line string) (item, error) {
 	bad := fmt.Errorf("%w: a manifest line is malformed: %q", ErrCorrupt, clip(line))
 	parts := strings.SplitN(line, " ", 4)
-	if len(parts) != 4 || len(parts[0]) != 1 || !strings.Contains("fld", parts[0]) {
+	if len(parts) != 4 {
+		return item{}, bad
+	}
+	switch parts[0] {
+	case "f", "l", "d":
+	default:
 		return item{}, bad
 	}
 	mode, err := strconv.ParseUint(parts[1], 8, 32)

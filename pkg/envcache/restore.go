@@ -41,7 +41,7 @@ func (c *Cache) Restore(ctx context.Context, key, workdir string) (Result, error
 	if err != nil {
 		c.drop(key)
 		if !errors.Is(err, ErrCorrupt) {
-			err = fmt.Errorf("%w: %v", ErrCorrupt, err)
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		return Result{}, err
 	}
@@ -60,7 +60,7 @@ func (c *Cache) Restore(ctx context.Context, key, workdir string) (Result, error
 func restoreItems(ctx context.Context, dir, workdir string, items []item) (Result, error) {
 	src, err := os.OpenRoot(filepath.Join(dir, "files"))
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Result{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	defer src.Close()
 	dst, err := os.OpenRoot(workdir)
