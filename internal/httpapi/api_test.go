@@ -178,6 +178,18 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("search by id and metadata", func(t *testing.T) {
+		submit(t, e, "", `{"id":"find-me-7","prompt":"hi","metadata":{"ci":"Run-42"}}`)
+		submit(t, e, "", `{"id":"other-8","prompt":"hi","metadata":{"ci":"run-43"}}`)
+		fleettest.Eventually(t, wait, func() bool {
+			return slices.Equal([]string{"default/find-me-7"}, ids(listAll(t, e, "", "&q=RUN-42", 1)))
+		}, "metadata value found, case-insensitive")
+		require.Equal(t, []string{"default/find-me-7"}, ids(listAll(t, e, "", "&q=me-7", 2)))
+		require.Empty(t, listAll(t, e, "", "&q=nothing-like-it", 2))
+		r := e.do(http.MethodGet, "/v1/queries?q="+strings.Repeat("x", httpapi.MaxQuery+1), "", "", nil)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	})
+
 	t.Run("cancel", func(t *testing.T) {
 		a := submit(t, e, "", `{"id":"c1","prompt":"/standin sleep=10m"}`)
 		waitState(t, e, "", a.StatusURL, "c1 running", func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRunning })
