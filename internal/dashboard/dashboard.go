@@ -6,9 +6,13 @@
 // # Pages
 //
 //   - / : the fleet: workers (state, slots, running jobs), the queue per
-//     tenant (depth, oldest wait), desired workers, and recent failures with
-//     their reasons.
-//   - /queries?tenant=&state= : recent queries with filters.
+//     tenant (depth, oldest wait, spend), desired workers, recent failures
+//     with their reasons, and charts (charts.go, fleet.js with uPlot
+//     vendored under web/vendor/uplot): jobs ended and failed per minute,
+//     queue depth and oldest wait per tenant over time, spend per tenant.
+//     The page polls /fleet.json every 2 s and redraws in place.
+//   - /queries?tenant=&state=&q= : recent queries with filters, and search
+//     by id, metadata and error (httpapi.Matches).
 //   - /q/<tenant>/<id> : one query: its status timeline and transcript
 //     (text, tool calls and results, cost) growing live, its workspace
 //     changes when it has any, a cancel button, and for sessions an input
@@ -46,6 +50,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
+	"github.com/agentfleet/agentfleet/internal/httpapi"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -53,6 +58,9 @@ import (
 
 //go:embed web
 var web embed.FS
+
+// searchRecords is how many of the latest records a search reads.
+const searchRecords = 1000
 
 // cookieName holds the token after /login.
 const cookieName = "fleet_ui_token"
@@ -105,6 +113,12 @@ func New(cfg Config) (*Handler, error) {
 			return fmt.Sprintf("$%.4f", r.TotalCostUSD)
 		},
 		"path": url.PathEscape,
+		"dur": func(r *protocol.ResultSummary) string {
+			if r == nil || r.DurationMS == 0 {
+				return "-"
+			}
+			return (time.Duration(r.DurationMS) * time.Millisecond).Round(100 * time.Millisecond).String()
+		},
 		"until": func(t time.Time) string {
 			if d := time.Until(t); d > 0 {
 				return "in " + d.Truncate(time.Second).String()
@@ -122,6 +136,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /login", h.loginPage)
 	h.mux.HandleFunc("POST /login", h.login)
 	h.mux.HandleFunc("GET /{$}", h.fleet)
+	h.mux.HandleFunc("GET /fleet.json", h.fleetJSON)
 	h.mux.HandleFunc("GET /queries", h.queries)
 	h.mux.HandleFunc("GET /q/{tenant}/{id}", h.query)
 	h.mux.HandleFunc("GET /q/{tenant}/{id}/events", h.events)
@@ -265,7 +280,11 @@ func (h *Handler) queries(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	q := r.URL.Query()
 	req := protocol.ListRequest{Tenant: q.Get("tenant"), State: protocol.State(q.Get("state")), Limit: 100}
-	data := map[string]any{"Title": "Queries", "Tenant": req.Tenant, "State": string(req.State),
+	search := strings.TrimSpace(q.Get("q"))
+	if search != "" {
+		req.Limit = searchRecords
+	}
+	data := map[string]any{"Title": "Queries", "Tenant": req.Tenant, "State": string(req.State), "Q": search,
 		"States": []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetrying, protocol.StateSucceeded, protocol.StateFailed, protocol.StateCancelled}}
 	rep, err := h.cfg.Client.List(ctx, req)
 	switch {
@@ -273,8 +292,16 @@ func (h *Handler) queries(w http.ResponseWriter, r *http.Request) {
 		data["Error"] = err.Error()
 	case rep.Error != nil:
 		data["Error"] = rep.Error.Code + ": " + rep.Error.Message
+	case len(search) > httpapi.MaxQuery:
+		data["Error"] = fmt.Sprintf("search: longer than %d bytes", httpapi.MaxQuery)
 	default:
-		data["Queries"] = rep.Queries
+		found := make([]protocol.StatusEvent, 0, len(rep.Queries))
+		for _, ev := range rep.Queries {
+			if httpapi.Matches(ev, search) {
+				found = append(found, ev)
+			}
+		}
+		data["Queries"] = found
 	}
 	h.render(w, "queries.html", data)
 }
