@@ -43,6 +43,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -335,8 +336,10 @@ func (h *Handler) query(w http.ResponseWriter, r *http.Request) {
 	h.render(w, "query.html", data)
 }
 
-// events streams a query over SSE: "line" (a stream-json line), "status"
-// (a status event), "artifact" (a workspace manifest), then "end".
+// events streams a query over SSE: "line" (a stream-json line), "model" (a
+// model call the gateway metered), each after an "at" (when the stream
+// stored it, unix ms), "status" (a status event), "artifact" (a workspace
+// manifest), then "end".
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	ref, ok := h.ref(r)
 	if !ok {
@@ -362,12 +365,26 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			send(event, b)
 		}
 	}
+	// "at" (unix ms) tells when the stream stored the line or model call
+	// that follows it, for the run's timeline.
+	sendAt := func(at time.Time) {
+		if !at.IsZero() {
+			send("at", []byte(strconv.FormatInt(at.UnixMilli(), 10)))
+		}
+	}
 	final, err := h.cfg.Client.Follow(r.Context(), ref.Tenant, ref.ID, true, fleetapi.Follower{
 		Line: func(l fleetapi.Line) {
+			sendAt(l.At)
 			if json.Valid(l.Data) {
 				send("line", l.Data)
 			} else {
 				sendJSON("line", map[string]string{"type": "x_text", "text": string(l.Data)})
+			}
+		},
+		Model: func(at time.Time, data []byte) {
+			if json.Valid(data) {
+				sendAt(at)
+				send("model", data)
 			}
 		},
 		Status:   func(ev protocol.StatusEvent) { sendJSON("status", ev) },

@@ -322,6 +322,7 @@ func TestBrowserShowsTheAnswerAndEachStateOnce(t *testing.T) {
 		chromedp.Text("#timeline", &timeline, chromedp.ByID),
 	))
 	require.Contains(t, transcript, "Answer: [stand-in agent]")
+	screenshot(t, ctx, "answer")
 	require.Equal(t, 1, strings.Count(timeline, "running"), timeline)
 	require.Equal(t, 1, strings.Count(timeline, "succeeded"), timeline)
 }
