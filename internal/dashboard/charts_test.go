@@ -99,6 +99,19 @@ func TestBrowserFleetChartsLiveWorkersAndSearch(t *testing.T) {
 	require.NotContains(t, list, "chart-1")
 	require.NotContains(t, list, "chart-3")
 	screenshot(t, ctx, "search")
+	// Pages of the index (two a page here), tenant then id.
+	var next string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/queries"),
+		chromedp.Text("#queries", &list, chromedp.ByID),
+		chromedp.Click("#next", chromedp.ByID),
+		chromedp.WaitVisible(`#queries a[href="/q/default/chart-3"]`, chromedp.ByQuery),
+		chromedp.Text("#queries", &next, chromedp.ByID),
+	))
+	require.Contains(t, list, "default/chart-1")
+	require.Contains(t, list, "default/chart-2")
+	require.NotContains(t, list, "chart-3")
+	require.NotContains(t, next, "chart-1")
 	require.NoError(t, chromedp.Run(ctx,
 		chromedp.Navigate(b.srv.URL+"/queries?q=rt-3"),
 		chromedp.Text("#queries", &list, chromedp.ByID),

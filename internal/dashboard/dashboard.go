@@ -83,9 +83,18 @@ type Config struct {
 	// Objects is the fleet's storage, where workspace diffs are; when nil
 	// the query page shows a workspace's changed files but not its diff.
 	Objects storage.Store
+	// Status is the status store; when set, the query list pages its index
+	// (httpapi.ListIndex, as GET /v1/queries), else it shows the latest
+	// queries the dispatcher lists.
+	Status storage.Store
+	// PageSize is the query list's page size (default DefaultPageSize).
+	PageSize int
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
+
+// DefaultPageSize is the query list's default page size.
+const DefaultPageSize = 50
 
 // Handler serves the dashboard.
 type Handler struct {
@@ -99,6 +108,9 @@ type Handler struct {
 func New(cfg Config) (*Handler, error) {
 	if cfg.Client == nil || cfg.Queue == nil {
 		return nil, errors.New("dashboard: Client and Queue are required")
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
 	}
 	if cfg.Logger == nil {
 		nop := zerolog.Nop()
@@ -280,31 +292,58 @@ func (h *Handler) queries(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := reqCtx(r)
 	defer cancel()
 	q := r.URL.Query()
-	req := protocol.ListRequest{Tenant: q.Get("tenant"), State: protocol.State(q.Get("state")), Limit: 100}
+	tenant, state := q.Get("tenant"), protocol.State(q.Get("state"))
 	search := strings.TrimSpace(q.Get("q"))
+	data := map[string]any{"Title": "Queries", "Tenant": tenant, "State": string(state), "Q": search,
+		"States": []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetrying, protocol.StateSucceeded, protocol.StateFailed, protocol.StateCancelled}}
+	var (
+		found []protocol.StatusEvent
+		err   error
+	)
+	switch {
+	case len(search) > httpapi.MaxQuery:
+		err = fmt.Errorf("search: longer than %d bytes", httpapi.MaxQuery)
+	case tenant != "" && !protocol.ValidTenant(tenant):
+		err = errors.New("tenant: must match " + protocol.TenantPattern)
+	case h.cfg.Status != nil:
+		var ans httpapi.ListAnswer
+		ans, err = httpapi.ListIndex(ctx, h.cfg.Status, tenant, q.Get("cursor"), state, search, h.cfg.PageSize)
+		found = ans.Items
+		if ans.NextCursor != "" {
+			next := url.Values{"tenant": {tenant}, "state": {string(state)}, "q": {search}, "cursor": {ans.NextCursor}}
+			data["Next"] = "/queries?" + next.Encode()
+		}
+		data["Paged"] = true
+	default:
+		found, err = h.latest(ctx, protocol.ListRequest{Tenant: tenant, State: state, Limit: 100}, search)
+	}
+	if err != nil {
+		data["Error"] = err.Error()
+	}
+	data["Queries"] = found
+	h.render(w, "queries.html", data)
+}
+
+// latest lists the latest queries through the dispatcher, those matching
+// search (of the latest searchRecords when searching).
+func (h *Handler) latest(ctx context.Context, req protocol.ListRequest, search string) ([]protocol.StatusEvent, error) {
 	if search != "" {
 		req.Limit = searchRecords
 	}
-	data := map[string]any{"Title": "Queries", "Tenant": req.Tenant, "State": string(req.State), "Q": search,
-		"States": []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetrying, protocol.StateSucceeded, protocol.StateFailed, protocol.StateCancelled}}
 	rep, err := h.cfg.Client.List(ctx, req)
 	switch {
 	case err != nil:
-		data["Error"] = err.Error()
+		return nil, err
 	case rep.Error != nil:
-		data["Error"] = rep.Error.Code + ": " + rep.Error.Message
-	case len(search) > httpapi.MaxQuery:
-		data["Error"] = fmt.Sprintf("search: longer than %d bytes", httpapi.MaxQuery)
-	default:
-		found := make([]protocol.StatusEvent, 0, len(rep.Queries))
-		for _, ev := range rep.Queries {
-			if httpapi.Matches(ev, search) {
-				found = append(found, ev)
-			}
-		}
-		data["Queries"] = found
+		return nil, errors.New(rep.Error.Code + ": " + rep.Error.Message)
 	}
-	h.render(w, "queries.html", data)
+	found := make([]protocol.StatusEvent, 0, len(rep.Queries))
+	for _, ev := range rep.Queries {
+		if httpapi.Matches(ev, search) {
+			found = append(found, ev)
+		}
+	}
+	return found, nil
 }
 
 func (h *Handler) ref(r *http.Request) (protocol.QueryRef, bool) {

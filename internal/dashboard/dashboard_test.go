@@ -46,7 +46,7 @@ func setup(t *testing.T, token string) *testBundle {
 	t.Cleanup(func() { _ = svc.Stop() })
 	q, err := fleetmetrics.New(f.Client, 2)
 	require.NoError(t, err)
-	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Objects: f.Objects, Logger: &f.Logger})
+	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Objects: f.Objects, Status: f.Status, PageSize: 2, Logger: &f.Logger})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -73,7 +73,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	ans, err := a.page(ctx, prefix, after, filter{state: state, q: search}, limit)
+	ans, err := page(ctx, a.cfg.Status, prefix, after, filter{state: state, q: search}, limit)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, CodeInternal, "reading the status index: "+err.Error())
 		return
@@ -87,8 +87,21 @@ type filter struct {
 	q     string
 }
 
-func (a *API) page(ctx context.Context, prefix, after string, f filter, limit int) (ListAnswer, error) {
-	keys, err := a.cfg.Status.List(ctx, prefix)
+// ListIndex pages the status index as GET /v1/queries does: tenant's
+// records ("" every tenant) after cursor (a NextCursor of the same
+// listing, "" from the start), those in state (when set) that match q
+// (Matches), at most limit. A cursor of another listing is an error.
+func ListIndex(ctx context.Context, status storage.Store, tenant, cursor string, state protocol.State, q string, limit int) (ListAnswer, error) {
+	prefix := storage.StatusPrefix(tenant)
+	after, err := decodeCursor(cursor, prefix)
+	if err != nil {
+		return ListAnswer{}, err
+	}
+	return page(ctx, status, prefix, after, filter{state: state, q: q}, min(max(limit, 1), MaxPage))
+}
+
+func page(ctx context.Context, status storage.Store, prefix, after string, f filter, limit int) (ListAnswer, error) {
+	keys, err := status.List(ctx, prefix)
 	if err != nil {
 		return ListAnswer{}, err
 	}
@@ -100,7 +113,7 @@ func (a *API) page(ctx context.Context, prefix, after string, f filter, limit in
 	scanned := 0
 	for ; i < len(keys) && len(ans.Items) < limit && scanned < maxScan; i++ {
 		scanned++
-		raw, err := a.cfg.Status.Get(ctx, keys[i])
+		raw, err := status.Get(ctx, keys[i])
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
