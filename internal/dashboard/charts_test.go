@@ -43,10 +43,14 @@ func TestBrowserFleetChartsLiveWorkersAndSearch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "")
 	ctx := browser(t)
-	jobs := map[string]string{"chart-1": "build-alpha", "chart-2": "build-beta", "chart-3": "build-gamma"}
+	jobs := map[string]string{"chart-1": "build-alpha", "chart-2": "build-beta", "chart-3": "build-gamma", "chart-4": "broken"}
 	for id, build := range jobs {
+		prompt := "/standin lines=2"
+		if build == "broken" {
+			prompt = "/standin error=1"
+		}
 		c, cancel := context.WithTimeout(context.Background(), wait)
-		r, err := b.f.Client.Submit(c, protocol.Job{ID: id, Prompt: "/standin lines=2", Metadata: map[string]string{"build": build}})
+		r, err := b.f.Client.Submit(c, protocol.Job{ID: id, Prompt: prompt, Metadata: map[string]string{"build": build}})
 		cancel()
 		require.NoError(t, err)
 		require.Nil(t, r.Error)
@@ -62,6 +66,11 @@ func TestBrowserFleetChartsLiveWorkersAndSearch(t *testing.T) {
 	ended := `(function(){var c=window.fleetCharts&&window.fleetCharts["chart-jobs"];` +
 		`return c?c.plot.data[1].reduce(function(a,b){return a+b},0):0})()`
 	fleettest.Eventually(t, wait, func() bool { return evalInt(ctx, ended) >= len(jobs) }, "the jobs chart counts the ended jobs")
+	failed := strings.Replace(ended, "data[1]", "data[2]", 1)
+	fleettest.Eventually(t, wait, func() bool { return evalInt(ctx, failed) == 1 }, "the jobs chart counts the failed job")
+	fleettest.Eventually(t, wait, func() bool {
+		return strings.Contains(pageText(ctx, "failures"), "default/chart-4")
+	}, "the failure is listed")
 	for _, id := range []string{"chart-spend", "chart-queue", "chart-wait"} {
 		fleettest.Eventually(t, wait, func() bool {
 			return evalInt(ctx, `document.querySelectorAll("#`+id+` canvas").length`) == 1

@@ -11,14 +11,18 @@
 //     vendored under web/vendor/uplot): jobs ended and failed per minute,
 //     queue depth and oldest wait per tenant over time, spend per tenant.
 //     The page polls /fleet.json every 2 s and redraws in place.
-//   - /queries?tenant=&state=&q= : recent queries with filters, and search
-//     by id, metadata and error (httpapi.Matches).
+//   - /fleet.json : what the fleet page draws (charts.go), the operator's.
+//   - /queries?tenant=&state=&q=&cursor= : pages of the status index
+//     (httpapi.ListIndex, as GET /v1/queries) with filters and search by
+//     id, metadata and error (httpapi.Matches); without Config.Status, the
+//     latest queries the dispatcher lists.
 //   - /q/<tenant>/<id> : one query: its status timeline and transcript
 //     (text, tool calls and results, cost) growing live, its workspace
 //     changes when it has any, a cancel button, and for sessions an input
 //     box and approve/deny buttons.
 //   - /q/<tenant>/<id>/events : the SSE feed the query page reads: every
-//     line and status event from the query's first message on.
+//     line, model call (.model) and status event from the query's first
+//     message on; the page draws the run's timeline from it (runline.js).
 //
 // # Access
 //
