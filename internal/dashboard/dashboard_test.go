@@ -297,9 +297,11 @@ func TestBrowser(t *testing.T) {
 	st, err := b.f.Client.Status(context.Background(), protocol.QueryRef{ID: "ui-1"})
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateCancelled, st.Status.State)
-	var transcript string
-	require.NoError(t, chromedp.Run(ctx, chromedp.Text("#transcript", &transcript, chromedp.ByID)))
-	require.Contains(t, transcript, "✗ cancelled")
+	// The state may be the server's render of the page the cancel led
+	// back to, before its feed replayed the transcript: wait for that too.
+	fleettest.Eventually(t, wait, func() bool {
+		return strings.Contains(pageText(ctx, "transcript"), "✗ cancelled")
+	}, "the transcript ends cancelled")
 
 	mu.Lock()
 	defer mu.Unlock()
