@@ -207,7 +207,7 @@ func (s *server) metrics(nc *nats.Conn, names protocol.Names) (int, error) {
 	if err != nil {
 		return fleetcli.ExitUsage, fmt.Errorf("--auth-dir: %w", err)
 	}
-	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: s.cfg.uiToken, Tenants: tenants, Objects: s.objects, Logger: &s.log})
+	ui, err := dashboard.New(dashboard.Config{Client: queue.Client(), Queue: queue, Token: s.cfg.uiToken, Tenants: tenants, Objects: s.objects, Status: s.status, Logger: &s.log})
 	if err != nil {
 		return 1, fmt.Errorf("dashboard: %w", err)
 	}

@@ -6,15 +6,23 @@
 // # Pages
 //
 //   - / : the fleet: workers (state, slots, running jobs), the queue per
-//     tenant (depth, oldest wait), desired workers, and recent failures with
-//     their reasons.
-//   - /queries?tenant=&state= : recent queries with filters.
+//     tenant (depth, oldest wait, spend), desired workers, recent failures
+//     with their reasons, and charts (charts.go, fleet.js with uPlot
+//     vendored under web/vendor/uplot): jobs ended and failed per minute,
+//     queue depth and oldest wait per tenant over time, spend per tenant.
+//     The page polls /fleet.json every 2 s and redraws in place.
+//   - /fleet.json : what the fleet page draws (charts.go), the operator's.
+//   - /queries?tenant=&state=&q=&cursor= : pages of the status index
+//     (httpapi.ListIndex, as GET /v1/queries) with filters and search by
+//     id, metadata and error (httpapi.Matches); without Config.Status, the
+//     latest queries the dispatcher lists.
 //   - /q/<tenant>/<id> : one query: its status timeline and transcript
 //     (text, tool calls and results, cost) growing live, its workspace
 //     changes when it has any, a cancel button, and for sessions an input
 //     box and approve/deny buttons.
 //   - /q/<tenant>/<id>/events : the SSE feed the query page reads: every
-//     line and status event from the query's first message on.
+//     line, model call (.model) and status event from the query's first
+//     message on; the page draws the run's timeline from it (runline.js).
 //
 // # Access
 //
@@ -39,6 +47,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +55,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
+	"github.com/agentfleet/agentfleet/internal/httpapi"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -53,6 +63,9 @@ import (
 
 //go:embed web
 var web embed.FS
+
+// searchRecords is how many of the latest records a search reads.
+const searchRecords = 1000
 
 // cookieName holds the token after /login.
 const cookieName = "fleet_ui_token"
@@ -74,9 +87,18 @@ type Config struct {
 	// Objects is the fleet's storage, where workspace diffs are; when nil
 	// the query page shows a workspace's changed files but not its diff.
 	Objects storage.Store
+	// Status is the status store; when set, the query list pages its index
+	// (httpapi.ListIndex, as GET /v1/queries), else it shows the latest
+	// queries the dispatcher lists.
+	Status storage.Store
+	// PageSize is the query list's page size (default DefaultPageSize).
+	PageSize int
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
 }
+
+// DefaultPageSize is the query list's default page size.
+const DefaultPageSize = 50
 
 // Handler serves the dashboard.
 type Handler struct {
@@ -90,6 +112,9 @@ type Handler struct {
 func New(cfg Config) (*Handler, error) {
 	if cfg.Client == nil || cfg.Queue == nil {
 		return nil, errors.New("dashboard: Client and Queue are required")
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
 	}
 	if cfg.Logger == nil {
 		nop := zerolog.Nop()
@@ -105,6 +130,12 @@ func New(cfg Config) (*Handler, error) {
 			return fmt.Sprintf("$%.4f", r.TotalCostUSD)
 		},
 		"path": url.PathEscape,
+		"dur": func(r *protocol.ResultSummary) string {
+			if r == nil || r.DurationMS == 0 {
+				return "-"
+			}
+			return (time.Duration(r.DurationMS) * time.Millisecond).Round(100 * time.Millisecond).String()
+		},
 		"until": func(t time.Time) string {
 			if d := time.Until(t); d > 0 {
 				return "in " + d.Truncate(time.Second).String()
@@ -122,6 +153,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /login", h.loginPage)
 	h.mux.HandleFunc("POST /login", h.login)
 	h.mux.HandleFunc("GET /{$}", h.fleet)
+	h.mux.HandleFunc("GET /fleet.json", h.fleetJSON)
 	h.mux.HandleFunc("GET /queries", h.queries)
 	h.mux.HandleFunc("GET /q/{tenant}/{id}", h.query)
 	h.mux.HandleFunc("GET /q/{tenant}/{id}/events", h.events)
@@ -264,19 +296,58 @@ func (h *Handler) queries(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := reqCtx(r)
 	defer cancel()
 	q := r.URL.Query()
-	req := protocol.ListRequest{Tenant: q.Get("tenant"), State: protocol.State(q.Get("state")), Limit: 100}
-	data := map[string]any{"Title": "Queries", "Tenant": req.Tenant, "State": string(req.State),
+	tenant, state := q.Get("tenant"), protocol.State(q.Get("state"))
+	search := strings.TrimSpace(q.Get("q"))
+	data := map[string]any{"Title": "Queries", "Tenant": tenant, "State": string(state), "Q": search,
 		"States": []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetrying, protocol.StateSucceeded, protocol.StateFailed, protocol.StateCancelled}}
+	var (
+		found []protocol.StatusEvent
+		err   error
+	)
+	switch {
+	case len(search) > httpapi.MaxQuery:
+		err = fmt.Errorf("search: longer than %d bytes", httpapi.MaxQuery)
+	case tenant != "" && !protocol.ValidTenant(tenant):
+		err = errors.New("tenant: must match " + protocol.TenantPattern)
+	case h.cfg.Status != nil:
+		var ans httpapi.ListAnswer
+		ans, err = httpapi.ListIndex(ctx, h.cfg.Status, tenant, q.Get("cursor"), state, search, h.cfg.PageSize)
+		found = ans.Items
+		if ans.NextCursor != "" {
+			next := url.Values{"tenant": {tenant}, "state": {string(state)}, "q": {search}, "cursor": {ans.NextCursor}}
+			data["Next"] = "/queries?" + next.Encode()
+		}
+		data["Paged"] = true
+	default:
+		found, err = h.latest(ctx, protocol.ListRequest{Tenant: tenant, State: state, Limit: 100}, search)
+	}
+	if err != nil {
+		data["Error"] = err.Error()
+	}
+	data["Queries"] = found
+	h.render(w, "queries.html", data)
+}
+
+// latest lists the latest queries through the dispatcher, those matching
+// search (of the latest searchRecords when searching).
+func (h *Handler) latest(ctx context.Context, req protocol.ListRequest, search string) ([]protocol.StatusEvent, error) {
+	if search != "" {
+		req.Limit = searchRecords
+	}
 	rep, err := h.cfg.Client.List(ctx, req)
 	switch {
 	case err != nil:
-		data["Error"] = err.Error()
+		return nil, err
 	case rep.Error != nil:
-		data["Error"] = rep.Error.Code + ": " + rep.Error.Message
-	default:
-		data["Queries"] = rep.Queries
+		return nil, errors.New(rep.Error.Code + ": " + rep.Error.Message)
 	}
-	h.render(w, "queries.html", data)
+	found := make([]protocol.StatusEvent, 0, len(rep.Queries))
+	for _, ev := range rep.Queries {
+		if httpapi.Matches(ev, search) {
+			found = append(found, ev)
+		}
+	}
+	return found, nil
 }
 
 func (h *Handler) ref(r *http.Request) (protocol.QueryRef, bool) {
@@ -308,8 +379,10 @@ func (h *Handler) query(w http.ResponseWriter, r *http.Request) {
 	h.render(w, "query.html", data)
 }
 
-// events streams a query over SSE: "line" (a stream-json line), "status"
-// (a status event), "artifact" (a workspace manifest), then "end".
+// events streams a query over SSE: "line" (a stream-json line), "model" (a
+// model call the gateway metered), each after an "at" (when the stream
+// stored it, unix ms), "status" (a status event), "artifact" (a workspace
+// manifest), then "end".
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	ref, ok := h.ref(r)
 	if !ok {
@@ -335,12 +408,26 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			send(event, b)
 		}
 	}
+	// "at" (unix ms) tells when the stream stored the line or model call
+	// that follows it, for the run's timeline.
+	sendAt := func(at time.Time) {
+		if !at.IsZero() {
+			send("at", []byte(strconv.FormatInt(at.UnixMilli(), 10)))
+		}
+	}
 	final, err := h.cfg.Client.Follow(r.Context(), ref.Tenant, ref.ID, true, fleetapi.Follower{
 		Line: func(l fleetapi.Line) {
+			sendAt(l.At)
 			if json.Valid(l.Data) {
 				send("line", l.Data)
 			} else {
 				sendJSON("line", map[string]string{"type": "x_text", "text": string(l.Data)})
+			}
+		},
+		Model: func(at time.Time, data []byte) {
+			if json.Valid(data) {
+				sendAt(at)
+				send("model", data)
 			}
 		},
 		Status:   func(ev protocol.StatusEvent) { sendJSON("status", ev) },

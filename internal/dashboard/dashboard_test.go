@@ -46,7 +46,7 @@ func setup(t *testing.T, token string) *testBundle {
 	t.Cleanup(func() { _ = svc.Stop() })
 	q, err := fleetmetrics.New(f.Client, 2)
 	require.NoError(t, err)
-	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Objects: f.Objects, Logger: &f.Logger})
+	h, err := New(Config{Client: f.Client, Queue: q, Token: token, Objects: f.Objects, Status: f.Status, PageSize: 2, Logger: &f.Logger})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -297,9 +297,11 @@ func TestBrowser(t *testing.T) {
 	st, err := b.f.Client.Status(context.Background(), protocol.QueryRef{ID: "ui-1"})
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateCancelled, st.Status.State)
-	var transcript string
-	require.NoError(t, chromedp.Run(ctx, chromedp.Text("#transcript", &transcript, chromedp.ByID)))
-	require.Contains(t, transcript, "✗ cancelled")
+	// The state may be the server's render of the page the cancel led
+	// back to, before its feed replayed the transcript: wait for that too.
+	fleettest.Eventually(t, wait, func() bool {
+		return strings.Contains(pageText(ctx, "transcript"), "✗ cancelled")
+	}, "the transcript ends cancelled")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -322,6 +324,7 @@ func TestBrowserShowsTheAnswerAndEachStateOnce(t *testing.T) {
 		chromedp.Text("#timeline", &timeline, chromedp.ByID),
 	))
 	require.Contains(t, transcript, "Answer: [stand-in agent]")
+	screenshot(t, ctx, "answer")
 	require.Equal(t, 1, strings.Count(timeline, "running"), timeline)
 	require.Equal(t, 1, strings.Count(timeline, "succeeded"), timeline)
 }

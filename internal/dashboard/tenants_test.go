@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/tenancy"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 // A tenant's token (SPEC 12) sees and touches only its own queries; the
@@ -28,7 +30,7 @@ func TestTenantTokens(t *testing.T) {
 	require.NoError(t, err)
 	q, err := fleetmetrics.New(f.Client, 2)
 	require.NoError(t, err)
-	h, err := New(Config{Client: f.Client, Queue: q, Token: "operator", Tenants: d.VerifyToken, Logger: &f.Logger})
+	h, err := New(Config{Client: f.Client, Queue: q, Token: "operator", Tenants: d.VerifyToken, Status: f.Status, PageSize: 1, Logger: &f.Logger})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -53,17 +55,34 @@ func TestTenantTokens(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	fleettest.Eventually(t, wait, func() bool {
-		_, body := do("GET", "/queries", "operator")
-		return strings.Contains(body, "mine1") && strings.Contains(body, "theirs1")
+		_, mine := do("GET", "/queries?q=mine1", "operator")
+		_, theirs := do("GET", "/queries?q=theirs1", "operator")
+		return strings.Contains(mine, `href="/q/acme/mine1"`) && strings.Contains(theirs, `href="/q/other/theirs1"`)
 	}, "both queries indexed")
 
+	// Pages of the index, a tenant's own only: a search for the other's id
+	// finds nothing, a cursor into the other's records is refused, and the
+	// fleet's charts (every tenant) are not the tenant's.
+	cursor := base64.RawURLEncoding.EncodeToString([]byte(storage.StatusKey("other", "a")))
+	for _, path := range []string{"/queries", "/queries?tenant=other", "/queries?tenant=", "/queries?q=mine", "/queries?q=theirs", "/queries?cursor=" + cursor} {
+		code, body := do("GET", path, acme)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, "theirs1", path)
+	}
+	_, body := do("GET", "/queries?cursor="+cursor, acme)
+	require.Contains(t, body, "not a cursor of this listing")
+	code, _ := do("GET", "/fleet.json", acme)
+	require.Equal(t, http.StatusNotFound, code, "the fleet's data is the operator's")
+	code, body = do("GET", "/fleet.json", "operator")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"tenant":"other"`)
 	for _, path := range []string{"/queries", "/queries?tenant=other", "/queries?tenant="} {
 		code, body := do("GET", path, acme)
 		require.Equal(t, http.StatusOK, code, path)
 		require.Contains(t, body, "mine1", path)
 		require.NotContains(t, body, "theirs1", path)
 	}
-	code, _ := do("GET", "/q/acme/mine1", acme)
+	code, _ = do("GET", "/q/acme/mine1", acme)
 	require.Equal(t, http.StatusOK, code)
 	for _, req := range [][2]string{{"GET", "/q/other/theirs1"}, {"GET", "/q/other/theirs1/events"}, {"GET", "/q/other/theirs1/diff"},
 		{"POST", "/q/other/theirs1/cancel"}, {"POST", "/q/other/theirs1/input"}, {"GET", "/q/ot%68er/theirs1"}} {

@@ -95,6 +95,8 @@ type Line struct {
 	Seq     uint64
 	Attempt int
 	Data    []byte
+	// At is when the stream stored the line (its JetStream timestamp).
+	At time.Time
 }
 
 // Follower receives a query's history and live messages, in stream order.
@@ -106,6 +108,9 @@ type Follower struct {
 	// Artifact is called for a workspace job's manifest (before its
 	// terminal status).
 	Artifact func(protocol.Artifact)
+	// Model is called for each .model event (a model call the gateway
+	// metered, SPEC 13), with its JetStream timestamp.
+	Model func(at time.Time, data []byte)
 	// MustExist makes Follow return ErrNotFound for a query with nothing
 	// on the stream and no status record, instead of waiting for it to
 	// appear (a job published straight to the work queue has no status
@@ -172,7 +177,7 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 	}
 	defer it.Stop()
 	msgSubj, statusSubj := c.Names.QueryMsg(tenant, id), c.Names.QueryStatus(tenant, id)
-	artifactSubj := c.Names.QueryArtifact(tenant, id)
+	artifactSubj, modelSubj := c.Names.QueryArtifact(tenant, id), c.Names.QueryModel(tenant, id)
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -186,7 +191,11 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 			seq, _ := strconv.ParseUint(m.Headers().Get(protocol.HeaderSeq), 10, 64)
 			att, _ := strconv.Atoi(m.Headers().Get(protocol.HeaderAttempt))
 			if f.Line != nil {
-				f.Line(Line{Seq: seq, Attempt: att, Data: m.Data()})
+				f.Line(Line{Seq: seq, Attempt: att, Data: m.Data(), At: stored(m)})
+			}
+		case modelSubj:
+			if f.Model != nil {
+				f.Model(stored(m), m.Data())
 			}
 		case artifactSubj:
 			var a protocol.Artifact
@@ -211,4 +220,12 @@ func (c *Client) Follow(ctx context.Context, tenant, id string, follow bool, f F
 			}
 		}
 	}
+}
+
+// stored is when the stream stored m (zero when not known).
+func stored(m jetstream.Msg) time.Time {
+	if md, err := m.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return time.Time{}
 }

@@ -49,6 +49,8 @@ func replay(t *testing.T, e *env, tenant, id string) []sseEvent {
 				b, err := json.Marshal(ev)
 				require.NoError(t, err)
 				out = append(out, sseEvent{Name: "status", Data: b})
+			case f.Names.QueryModel(tenant, id):
+				out = append(out, sseEvent{Name: "model", Data: m.Data()})
 			}
 		}
 		require.NoError(t, batch.Error())
@@ -176,6 +178,35 @@ func TestAPI(t *testing.T) {
 		for _, ev := range listAll(t, e, "", "&state=succeeded", 1) {
 			require.Equal(t, protocol.StateSucceeded, ev.State)
 		}
+	})
+
+	t.Run("model calls are events", func(t *testing.T) {
+		a := submit(t, e, "", `{"id":"m1","prompt":"/standin sleep=10m"}`)
+		waitState(t, e, "", a.StatusURL, "m1 running", func(ev protocol.StatusEvent) bool { return ev.State == protocol.StateRunning })
+		call := []byte(`{"call":1,"attempt":1,"model":"claude-test","input_tokens":10,"output_tokens":5,"cost_usd":0.0125,"status":200,"ms":1234}`)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		_, err := e.f.JS.Publish(ctx, e.f.Names.QueryModel("default", "m1"), call)
+		require.NoError(t, err)
+		r := e.do(http.MethodPost, "/v1/queries/m1/cancel", "", "", nil)
+		require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+		got := e.stream(a.EventsURL, "", "")
+		i := slices.IndexFunc(got, func(ev sseEvent) bool { return ev.Name == "model" })
+		require.GreaterOrEqual(t, i, 0, "a model event")
+		require.JSONEq(t, string(call), string(got[i].Data))
+		require.Equal(t, replay(t, e, "default", "m1"), got, "in the stream's order")
+	})
+
+	t.Run("search by id and metadata", func(t *testing.T) {
+		submit(t, e, "", `{"id":"find-me-7","prompt":"hi","metadata":{"ci":"Run-42"}}`)
+		submit(t, e, "", `{"id":"other-8","prompt":"hi","metadata":{"ci":"run-43"}}`)
+		fleettest.Eventually(t, wait, func() bool {
+			return slices.Equal([]string{"default/find-me-7"}, ids(listAll(t, e, "", "&q=RUN-42", 1)))
+		}, "metadata value found, case-insensitive")
+		require.Equal(t, []string{"default/find-me-7"}, ids(listAll(t, e, "", "&q=me-7", 2)))
+		require.Empty(t, listAll(t, e, "", "&q=nothing-like-it", 2))
+		r := e.do(http.MethodGet, "/v1/queries?q="+strings.Repeat("x", httpapi.MaxQuery+1), "", "", nil)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
 	})
 
 	t.Run("cancel", func(t *testing.T) {

@@ -53,7 +53,8 @@ func (s *sse) comment(text string) {
 }
 
 // events streams a query: every .msg line as "message" with id: Fleet-Seq,
-// every status event as "status", from the first message in stream order
+// every status event as "status", every .model event (a metered model
+// call) as "model", from the first message in stream order
 // (FLEET_QUERIES, an ordered consumer), then live until the query's
 // terminal status, when the stream ends. With Last-Event-ID N it resumes
 // after line N: everything up to and including that line is skipped.
@@ -114,6 +115,12 @@ func (a *API) events(w http.ResponseWriter, r *http.Request, p Principal) {
 				skipping = false
 			}
 			s.event("message", strconv.FormatUint(l.Seq, 10), l.Data)
+		},
+		// A model call the gateway metered (SPEC 13), as it is stored.
+		Model: func(_ time.Time, data []byte) {
+			if !skipping {
+				s.event("model", "", data)
+			}
 		},
 		Status: func(ev protocol.StatusEvent) {
 			if skipping {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"strconv"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -15,7 +16,7 @@ import (
 const (
 	DefaultPage = 50
 	MaxPage     = 500
-	// maxScan bounds the records one page reads when a ?state= filter
+	// maxScan bounds the records one page reads when a ?state= or ?q= filter
 	// skips most of them; the page then ends early with a next_cursor.
 	maxScan = 2000
 )
@@ -54,6 +55,11 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "state: not a query state: "+string(state))
 		return
 	}
+	search := q.Get("q")
+	if len(search) > MaxQuery {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "q: longer than "+strconv.Itoa(MaxQuery)+" bytes")
+		return
+	}
 	limit, err := parseLimit(q.Get("limit"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
@@ -67,7 +73,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	ans, err := a.page(ctx, prefix, after, state, limit)
+	ans, err := page(ctx, a.cfg.Status, prefix, after, filter{state: state, q: search}, limit)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, CodeInternal, "reading the status index: "+err.Error())
 		return
@@ -75,8 +81,27 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, p Principal) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
-func (a *API) page(ctx context.Context, prefix, after string, state protocol.State, limit int) (ListAnswer, error) {
-	keys, err := a.cfg.Status.List(ctx, prefix)
+// filter is a list's ?state= and ?q=.
+type filter struct {
+	state protocol.State
+	q     string
+}
+
+// ListIndex pages the status index as GET /v1/queries does: tenant's
+// records ("" every tenant) after cursor (a NextCursor of the same
+// listing, "" from the start), those in state (when set) that match q
+// (Matches), at most limit. A cursor of another listing is an error.
+func ListIndex(ctx context.Context, status storage.Store, tenant, cursor string, state protocol.State, q string, limit int) (ListAnswer, error) {
+	prefix := storage.StatusPrefix(tenant)
+	after, err := decodeCursor(cursor, prefix)
+	if err != nil {
+		return ListAnswer{}, err
+	}
+	return page(ctx, status, prefix, after, filter{state: state, q: q}, min(max(limit, 1), MaxPage))
+}
+
+func page(ctx context.Context, status storage.Store, prefix, after string, f filter, limit int) (ListAnswer, error) {
+	keys, err := status.List(ctx, prefix)
 	if err != nil {
 		return ListAnswer{}, err
 	}
@@ -88,7 +113,7 @@ func (a *API) page(ctx context.Context, prefix, after string, state protocol.Sta
 	scanned := 0
 	for ; i < len(keys) && len(ans.Items) < limit && scanned < maxScan; i++ {
 		scanned++
-		raw, err := a.cfg.Status.Get(ctx, keys[i])
+		raw, err := status.Get(ctx, keys[i])
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -96,7 +121,7 @@ func (a *API) page(ctx context.Context, prefix, after string, state protocol.Sta
 			return ListAnswer{}, err
 		}
 		var ev protocol.StatusEvent
-		if json.Unmarshal(raw, &ev) != nil || (state != "" && ev.State != state) {
+		if json.Unmarshal(raw, &ev) != nil || (f.state != "" && ev.State != f.state) || !Matches(ev, f.q) {
 			continue
 		}
 		ans.Items = append(ans.Items, ev)

@@ -92,7 +92,15 @@
     if (ev.request_id) { approval({ request_id: ev.request_id, request: { tool_name: ev.tool_name } }); }
   }
   var es = new EventSource(box.getAttribute("data-events"));
-  es.addEventListener("line", function (e) { try { line(JSON.parse(e.data)); } catch (err) { add("init", e.data); } });
+  var run = window.fleetRunline;
+  es.addEventListener("at", function (e) { run.at(Number(e.data)); });
+  es.addEventListener("line", function (e) {
+    var m;
+    try { m = JSON.parse(e.data); } catch (err) { add("init", e.data); return; }
+    line(m);
+    run.line(m);
+  });
+  es.addEventListener("model", function (e) { run.model(JSON.parse(e.data)); });
   es.addEventListener("status", function (e) { status(JSON.parse(e.data)); });
   es.addEventListener("artifact", function (e) {
     var a = JSON.parse(e.data);
