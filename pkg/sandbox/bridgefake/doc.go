@@ -13,6 +13,9 @@
 //	PUT    /v1/sb/:id/file?path=                raw bytes → 204
 //	GET    /v1/sb/:id/file?path=                raw bytes
 //	DELETE /v1/sb/:id                           204, idempotent
+//	PUT    /v1/sb/:id/model                     open a model run: {tenant, query_id, attempt, first_call, max_cost_usd?, spent_usd?} → {open:true}
+//	GET    /v1/sb/:id/model?from=N              {events, next, spent_usd, max_cost_usd?, capped}; 404 model_run_not_found
+//	DELETE /v1/sb/:id/model?from=N              the same, then the run is closed
 //	GET    /healthz                             unauthenticated
 //
 // Every /v1 route requires "Authorization: Bearer <token>", compared in
@@ -42,6 +45,16 @@
 // all output. A kill signals the whole process group; when the leader exits,
 // what is left of its group is killed, and output held open by a process
 // outside it is cut off after 2 s.
+//
+// # Model calls
+//
+// With Options.ModelUpstream the fake plays the Worker's metered egress for
+// api.anthropic.com (deploy/cloudflare/src/model-gateway.ts): every process
+// gets ANTHROPIC_BASE_URL (a loopback egress naming its sandbox) and a
+// placeholder ANTHROPIC_API_KEY; the egress answers 401 for a sandbox with
+// no open run, else forwards to an internal/gateway.Gateway holding
+// Options.ModelAPIKey, which meters with the Go gateway's rules and answers
+// 402 past the run's cap. The calls it records are what GET /model reports.
 //
 // # Fault injection and counters
 //
