@@ -79,7 +79,7 @@ type Options struct {
 type Fake struct {
 	opts    Options
 	srv     *httptest.Server
-	model   *modelEgress // nil unless Options.ModelUpstream
+	model   *modelEgress // the model runs; an egress only with Options.ModelUpstream
 	closing chan struct{}
 	once    sync.Once
 	procWG  sync.WaitGroup
@@ -151,9 +151,7 @@ func New(tb testing.TB, opts Options) *Fake {
 		stdinWrites: map[string]int{},
 		envs:        map[string][]string{},
 	}
-	if opts.ModelUpstream != "" {
-		f.model = startModelEgress(tb, opts.ModelUpstream, cmp.Or(opts.ModelAPIKey, "bridgefake-model-key"))
-	}
+	f.model = startModelEgress(tb, opts.ModelUpstream, cmp.Or(opts.ModelAPIKey, "bridgefake-model-key"))
 	f.srv = httptest.NewServer(handlers{f}.routes())
 	tb.Cleanup(f.Close)
 	return f

@@ -72,9 +72,15 @@ type modelReport struct {
 
 // startModelEgress starts the gateway (upstream: the test's fake API) and
 // the egress listener; both stop at tb's cleanup.
+//
+// Without an upstream the routes still keep runs (a worker opens one for
+// every run), but processes get no egress: they make no model calls.
 func startModelEgress(tb testing.TB, upstream, key string) *modelEgress {
 	tb.Helper()
 	m := &modelEgress{runs: map[string]*modelRun{}, keys: map[modelKey]*modelRun{}}
+	if upstream == "" {
+		return m
+	}
 	gw, err := gateway.Start(gateway.Config{Upstream: upstream, APIKey: key, Publisher: gateway.PublisherFunc(m.record)})
 	if err != nil {
 		tb.Fatalf("bridgefake model egress: %v", err)
@@ -124,6 +130,9 @@ func apiError(w http.ResponseWriter, status int, typ, msg string) {
 }
 
 func (m *modelEgress) stop() {
+	if m.gw == nil {
+		return
+	}
 	_ = m.srv.Close()
 	m.mu.Lock()
 	var tokens []string
@@ -149,6 +158,9 @@ func (m *modelEgress) record(info gateway.RunInfo, ev gateway.Event) {
 
 // env is what a process of sandbox id gets: the egress's URL and the placeholder.
 func (m *modelEgress) env(id string) map[string]string {
+	if m.gw == nil {
+		return nil
+	}
 	return map[string]string{
 		"ANTHROPIC_BASE_URL":                       m.url + "/sb/" + id,
 		"ANTHROPIC_API_KEY":                        CredentialPlaceholder,
@@ -176,10 +188,6 @@ func checkOpen(req openModelReq) string {
 
 func (f handlers) handleModelOpen(w http.ResponseWriter, r *http.Request) {
 	m := f.model
-	if m == nil {
-		writeError(w, http.StatusNotFound, "not_found", "the fake meters no model calls (Options.ModelUpstream)")
-		return
-	}
 	var req openModelReq
 	if err := decodeBody(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
@@ -197,8 +205,10 @@ func (f handlers) handleModelOpen(w http.ResponseWriter, r *http.Request) {
 		info.SpentUSD = *req.SpentUSD
 	}
 	m.closeRun(r.PathValue("id"))
-	token, _ := m.gw.Open(info)
-	run := &modelRun{open: req, token: token}
+	run := &modelRun{open: req}
+	if m.gw != nil {
+		run.token, _ = m.gw.Open(info)
+	}
 	m.mu.Lock()
 	m.runs[r.PathValue("id")] = run
 	m.keys[modelKey{info.Tenant, info.QueryID, info.Attempt}] = run
@@ -215,7 +225,9 @@ func (m *modelEgress) closeRun(id string) {
 	if run == nil {
 		return
 	}
-	m.gw.Close(run.token)
+	if m.gw != nil {
+		m.gw.Close(run.token)
+	}
 	m.mu.Lock()
 	delete(m.keys, modelKey{run.open.Tenant, run.open.QueryID, *run.open.Attempt})
 	m.mu.Unlock()
@@ -223,10 +235,6 @@ func (m *modelEgress) closeRun(id string) {
 
 func (f handlers) handleModelReport(w http.ResponseWriter, r *http.Request) {
 	m := f.model
-	if m == nil {
-		writeError(w, http.StatusNotFound, "not_found", "the fake meters no model calls (Options.ModelUpstream)")
-		return
-	}
 	from, err := strconv.Atoi(cmp.Or(r.URL.Query().Get("from"), "0"))
 	if err != nil || from < 0 || from > 999_999_999 {
 		writeError(w, http.StatusBadRequest, "invalid_offset", "from must be a non-negative integer")

@@ -247,9 +247,7 @@ func (f handlers) handleDelete(w http.ResponseWriter, r *http.Request) {
 	if sb != nil {
 		f.destroy(sb)
 	}
-	if f.model != nil {
-		f.model.closeRun(r.PathValue("id"))
-	}
+	f.model.closeRun(r.PathValue("id"))
 	w.WriteHeader(http.StatusNoContent)
 }
 
