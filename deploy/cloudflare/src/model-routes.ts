@@ -20,9 +20,6 @@ export interface ModelApi {
   modelClose(from: number): Promise<RunReport | undefined>;
 }
 
-/** Largest max_cost_usd a job may give (SPEC 13). */
-const MAX_CAP_USD = 10_000;
-
 function label(v: unknown, what: string): string {
   if (typeof v !== 'string' || v === '' || v.length > 256 || /[\x00-\x1f]/.test(v)) {
     throw invalid('invalid_model_run', `${what} must be a non-empty string of at most 256 characters without control characters`);
@@ -37,7 +34,7 @@ function integer(v: unknown, what: string, min: number): number {
 
 function dollars(v: unknown, what: string, positive: boolean): number {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || (positive && v === 0) || v > 1e9) {
-    throw invalid('invalid_model_run', `${what} must be a finite number ${positive ? '> 0' : '>= 0'}`);
+    throw invalid('invalid_model_run', `${what} must be a finite number ${positive ? '> 0' : '>= 0'}, at most 1e9`);
   }
   return v;
 }
@@ -52,8 +49,9 @@ export function parseModelOpen(body: Record<string, unknown>): { maxCostUSD: num
   };
   let maxCostUSD: number | undefined;
   if (body.max_cost_usd !== undefined && body.max_cost_usd !== null) {
+    // Not bounded by a job's 10,000: the worker may send the query's spend
+    // plus what is left of the tenant's budget.
     maxCostUSD = dollars(body.max_cost_usd, 'max_cost_usd', true);
-    if (maxCostUSD > MAX_CAP_USD) throw invalid('invalid_model_run', `max_cost_usd must be at most ${MAX_CAP_USD}`);
   }
   const spentUSD = body.spent_usd === undefined || body.spent_usd === null ? 0 : dollars(body.spent_usd, 'spent_usd', false);
   return { maxCostUSD, spentUSD, meta };

@@ -159,7 +159,7 @@ describe('model runs', () => {
     const env = envWith();
     for (const body of [
       {}, { ...OPEN, tenant: '' }, { ...OPEN, attempt: -1 }, { ...OPEN, first_call: 0 }, { ...OPEN, first_call: 1.5 },
-      { ...OPEN, max_cost_usd: 0 }, { ...OPEN, max_cost_usd: -1 }, { ...OPEN, max_cost_usd: 10_001 }, { ...OPEN, max_cost_usd: '1' },
+      { ...OPEN, max_cost_usd: 0 }, { ...OPEN, max_cost_usd: -1 }, { ...OPEN, max_cost_usd: 1e10 }, { ...OPEN, max_cost_usd: '1' },
       { ...OPEN, spent_usd: -0.1 }, { ...OPEN, query_id: 'a\nb' },
     ]) {
       const resp = await call(b, req('PUT', '/v1/sb/sb1/model', { body }), env);

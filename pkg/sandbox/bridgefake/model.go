@@ -180,8 +180,8 @@ func checkOpen(req openModelReq) string {
 		return "tenant and query_id must be non-empty strings"
 	case req.Attempt == nil || *req.Attempt < 0 || req.FirstCall == nil || *req.FirstCall < 1:
 		return "attempt must be an integer >= 0 and first_call >= 1"
-	case !dollars(req.MaxCostUSD, true) || req.MaxCostUSD != nil && *req.MaxCostUSD > 10_000 || !dollars(req.SpentUSD, false):
-		return "max_cost_usd must be > 0 and at most 10000, spent_usd >= 0"
+	case !dollars(req.MaxCostUSD, true) || req.MaxCostUSD != nil && *req.MaxCostUSD > 1e9 || !dollars(req.SpentUSD, false):
+		return "max_cost_usd must be > 0 and at most 1e9, spent_usd >= 0"
 	}
 	return ""
 }
