@@ -7,12 +7,15 @@ package e2e
 // .model events, reports their sum, and ends a capped run failed / budget.
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
 	"github.com/agentfleet/agentfleet/internal/claudetest"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
@@ -28,7 +31,10 @@ func TestClaudeCloudflareMetered(t *testing.T) {
 	claude := claudetest.Path(t)
 	api := anthropicfake.New(t, func(r *anthropicfake.Request) anthropicfake.Reply {
 		if strings.Contains(r.LastUserText(), "spend") {
-			return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.ToolUse("Bash", map[string]any{"command": "echo more", "description": "more"})},
+			// The tool runs until the run is stopped: only the worker,
+			// reading the cap off the bridge mid-run, ends it (Claude
+			// Code refuses a standalone sleep, so tail it is).
+			return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.ToolUse("Bash", map[string]any{"command": "tail -f /dev/null", "description": "wait", "timeout": 600000})},
 				Usage: &anthropicfake.Usage{InputTokens: 200_000, OutputTokens: 100}}
 		}
 		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.Text("hello from the bridge")},
@@ -43,6 +49,7 @@ func TestClaudeCloudflareMetered(t *testing.T) {
 		Mod: func(c *worker.Config) {
 			c.Providers[protocol.SandboxCloudflare] = cf
 			c.DefaultSandbox = protocol.SandboxCloudflare
+			c.TenantBudget = worker.TenantBudgets(f.JS, f.Names, f.Logger)
 		},
 	})
 	fleettest.WaitReady(t, w.W)
@@ -72,8 +79,9 @@ func TestClaudeCloudflareMetered(t *testing.T) {
 	require.Positive(t, sum)
 	require.InDelta(t, sum, r.Final.Result.TotalCostUSD, 1e-9, "total_cost_usd is the sum of the .model costs")
 
-	// A run whose first call crosses max_cost_usd: the bridge forwards
-	// nothing more, and the run ends failed / budget.
+	// A run whose first call crosses max_cost_usd, then runs a tool that
+	// would not end: the worker reads the cap off the bridge and stops the
+	// run, failed / budget; the bridge forwarded nothing more.
 	before := len(api.Conversation())
 	maxCost := 0.05
 	body, err := json.Marshal(protocol.Job{ID: "cfm-2", Prompt: "spend", MaxCostUSD: &maxCost, Options: protocol.Options{AllowedTools: []string{"Bash"}}})
@@ -93,5 +101,30 @@ func TestClaudeCloudflareMetered(t *testing.T) {
 		sum += ev.CostUSD
 	}
 	require.Greater(t, sum, maxCost)
+	require.InDelta(t, sum, r.Final.Result.TotalCostUSD, 1e-9)
+
+	// The tenant's budget caps a Cloudflare run too: $0.40 left, the first
+	// call costs more.
+	ctx := context.Background()
+	tenants, err := admission.OpenTenants(ctx, f.JS, f.Names, true)
+	require.NoError(t, err)
+	require.NoError(t, tenants.Set(ctx, "budgeted", admission.Settings{BudgetUSD: 0.4, BudgetWindow: admission.Duration(time.Hour)}))
+	before = len(api.Conversation())
+	body, err = json.Marshal(protocol.Job{ID: "cfm-3", Prompt: "spend", Options: protocol.Options{AllowedTools: []string{"Bash"}}})
+	require.NoError(t, err)
+	f.PublishJob("budgeted", body, nil)
+	r = f.Follow("budgeted", "cfm-3", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.NotNil(t, r.Final.Error)
+	require.Equal(t, protocol.CodeBudget, r.Final.Error.Code, r.Final.Error.Message)
+	require.Contains(t, r.Final.Error.Message, "the tenant's model budget is used up")
+	require.Len(t, api.Conversation(), before+1, "the crossing call was the last one forwarded")
+	evs = modelEvents(t, f, "budgeted", "cfm-3")
+	require.NotEmpty(t, evs)
+	sum = 0
+	for _, ev := range evs {
+		sum += ev.CostUSD
+	}
+	require.Greater(t, sum, 0.4)
 	require.InDelta(t, sum, r.Final.Result.TotalCostUSD, 1e-9)
 }
