@@ -128,11 +128,12 @@ func (m *bridgeMeteredMode) capOf(spent float64) (float64, string) {
 	return limit, reason
 }
 
-// poll reads the run's calls until ctx ends; a failed read is logged and
-// tried again at the next tick.
+// poll reads the run's calls until ctx ends; a failed read is tried again
+// at the next tick (the first of a streak of failures is logged).
 func (m *bridgeMeteredMode) poll(ctx context.Context, mm sandbox.ModelMetered) {
 	t := time.NewTicker(bridgeModelPoll)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -141,11 +142,13 @@ func (m *bridgeMeteredMode) poll(ctx context.Context, mm sandbox.ModelMetered) {
 		}
 		rep, err := mm.ModelCalls(ctx, m.cursor)
 		if err != nil {
-			if ctx.Err() == nil {
-				m.q.log.Warn().Err(err).Msg("reading the run's model calls from the bridge")
+			if ctx.Err() == nil && !failing {
+				m.q.log.Warn().Err(err).Msg("reading the run's model calls from the bridge; retrying")
 			}
+			failing = true
 			continue
 		}
+		failing = false
 		m.take(rep)
 	}
 }
