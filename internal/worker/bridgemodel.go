@@ -58,14 +58,7 @@ func (m *bridgeMeteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit ag
 	stored, last, spent, err := modelHistory(hctx, w.js, w.names, job.Tenant, job.ID)
 	cancel()
 	if err != nil {
-		if c := stopCause(ctx); c != nil {
-			if errors.Is(c, agent.ErrHandback) {
-				return agent.Outcome{HandedBack: true}, nil
-			}
-			reason, msg := agent.ReasonFor(c)
-			return syntheticEnd(emit, reason, msg)
-		}
-		return agent.Outcome{}, fmt.Errorf("reading the query's model calls: %w", err)
+		return stoppedOr(ctx, emit, fmt.Errorf("reading the query's model calls: %w", err))
 	}
 	m.earlier = spent
 	run := sandbox.ModelRun{Tenant: job.Tenant, QueryID: job.ID, Attempt: q.attempt, FirstCall: last + 1, SpentUSD: spent}
@@ -75,7 +68,7 @@ func (m *bridgeMeteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit ag
 	err = mm.OpenModelRun(octx, run)
 	cancel()
 	if err != nil {
-		return agent.Outcome{}, fmt.Errorf("opening the model run on the bridge: %w", err)
+		return stoppedOr(ctx, emit, fmt.Errorf("opening the model run on the bridge: %w", err))
 	}
 	m.opened = true
 
@@ -103,6 +96,19 @@ func (m *bridgeMeteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit ag
 		}
 	}
 	return out, runErr
+}
+
+// stoppedOr is how a run that failed before its agent started ends: as
+// what stopped it (a hand-back, a cancel, a timeout), else with err.
+func stoppedOr(ctx context.Context, emit agent.EmitFunc, err error) (agent.Outcome, error) {
+	if c := stopCause(ctx); c != nil {
+		if errors.Is(c, agent.ErrHandback) {
+			return agent.Outcome{HandedBack: true}, nil
+		}
+		reason, msg := agent.ReasonFor(c)
+		return syntheticEnd(emit, reason, msg)
+	}
+	return agent.Outcome{}, err
 }
 
 // capOf is the cap of a run whose query spent spent so far: the job's
