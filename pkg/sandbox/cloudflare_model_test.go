@@ -77,6 +77,8 @@ func TestCloudflareModelRun(t *testing.T) {
 	require.Empty(t, api.Requests(), "nothing is forwarded without a run")
 
 	// $0.003 input + $0.0075 output per call at claude-sonnet-4-5's prices.
+	// The bridge is unavailable twice first: the open is retried.
+	b.fake.FailModel(2)
 	require.NoError(t, mm.OpenModelRun(ctx, sandbox.ModelRun{Tenant: "acme", QueryID: "q1", Attempt: 2, FirstCall: 3, MaxCostUSD: 0.02, SpentUSD: 0.005}))
 	out = cfModelCall(t, sb, "p1")
 	require.Equal(t, "200", cfStatusOf(out), out)
@@ -87,8 +89,9 @@ func TestCloudflareModelRun(t *testing.T) {
 	require.Len(t, reqs, 1)
 	require.Equal(t, cfModelKey, reqs[0].Header.Get("X-Api-Key"), "the bridge adds its own key at egress")
 
+	b.fake.FailModel(1)
 	rep, err := mm.ModelCalls(ctx, 0)
-	require.NoError(t, err)
+	require.NoError(t, err, "a read is retried too")
 	require.Len(t, rep.Calls, 1)
 	c := rep.Calls[0]
 	require.Equal(t, 3, c.Call)

@@ -62,7 +62,7 @@
 // DropStreamAfter cuts stream connections after a number of output bytes
 // (cleanly, or by aborting the connection with SetDropAbort); SetExitMode
 // makes streams end without their exit event, hang without one, or send an
-// error event; SetPings stops the ": ping" comments. Counters (Creates,
+// error event; SetPings stops the ": ping" comments; FailModel makes the /model routes answer 503. Counters (Creates,
 // Starts, Launches, StreamConnects, Kills, Deletes, Unauthorized) and
 // ProcEnv let tests assert what the client did.
 //

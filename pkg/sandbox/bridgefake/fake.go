@@ -98,6 +98,7 @@ type Fake struct {
 	noPings          bool
 	failStdin        int
 	failStdinAfter   bool
+	failModel        int
 
 	// counters
 	creates, deletes, unauthorized int

@@ -186,8 +186,33 @@ func checkOpen(req openModelReq) string {
 	return ""
 }
 
+// FailModel makes the next n requests to the /model routes answer 503
+// container_unavailable, as a bridge that cannot reach the sandbox's object.
+func (f *Fake) FailModel(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failModel = n
+}
+
+// modelFault answers an injected 503, reporting whether it did.
+func (f handlers) modelFault(w http.ResponseWriter) bool {
+	f.mu.Lock()
+	fail := f.failModel > 0
+	if fail {
+		f.failModel--
+	}
+	f.mu.Unlock()
+	if fail {
+		writeError(w, http.StatusServiceUnavailable, "container_unavailable", "injected failure")
+	}
+	return fail
+}
+
 func (f handlers) handleModelOpen(w http.ResponseWriter, r *http.Request) {
 	m := f.model
+	if f.modelFault(w) {
+		return
+	}
 	var req openModelReq
 	if err := decodeBody(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
@@ -235,6 +260,9 @@ func (m *modelEgress) closeRun(id string) {
 
 func (f handlers) handleModelReport(w http.ResponseWriter, r *http.Request) {
 	m := f.model
+	if f.modelFault(w) {
+		return
+	}
 	from, err := strconv.Atoi(cmp.Or(r.URL.Query().Get("from"), "0"))
 	if err != nil || from < 0 || from > 999_999_999 {
 		writeError(w, http.StatusBadRequest, "invalid_offset", "from must be a non-negative integer")
