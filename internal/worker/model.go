@@ -117,13 +117,18 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 // run stopped at a cap as failed / budget. A parked status carries no cost
 // (admission counts terminal ones).
 func (m *meteredMode) finish(ctx context.Context, ev protocol.StatusEvent) protocol.StatusEvent {
-	ev = m.mode.finish(ctx, ev)
-	if !m.opened || !ev.State.Terminal() || ev.Result == nil {
+	return meteredStatus(m.q, m.mode.finish(ctx, ev), m.opened, m.earlier, m.sum)
+}
+
+// meteredStatus makes a terminal status say the metered spend (earlier
+// plus the run's sum) and a cap's failed / budget.
+func meteredStatus(q *query, ev protocol.StatusEvent, opened bool, earlier float64, sum gateway.Summary) protocol.StatusEvent {
+	if !opened || !ev.State.Terminal() || ev.Result == nil {
 		return ev
 	}
-	ev.Result.TotalCostUSD = m.earlier + m.sum.CostUSD
+	ev.Result.TotalCostUSD = earlier + sum.CostUSD
 	// A cap ends the run failed / budget, unless a cancel stopped it first.
-	if c := m.sum.Capped; c != nil && !errors.Is(context.Cause(m.q.runCtx), agent.ErrCancelled) {
+	if c := sum.Capped; c != nil && !errors.Is(context.Cause(q.runCtx), agent.ErrCancelled) {
 		ev.State = protocol.StateFailed
 		ev.Result.IsError = true
 		ev.Error = &protocol.ErrorInfo{Code: protocol.CodeBudget, Message: c.Message()}

@@ -92,10 +92,13 @@ func newMode(q *query, env map[string]string) mode {
 	} else {
 		m = &oneShot{q: q, env: env}
 	}
-	if q.w.cfg.Gateway != nil && cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox) == protocol.SandboxLocal {
-		// A Cloudflare sandbox cannot reach the worker's loopback: its
-		// bridge adds the credential at its egress (docs/gateway.md).
+	switch provider := cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox); {
+	case q.w.cfg.Gateway != nil && provider == protocol.SandboxLocal:
 		m = &meteredMode{mode: m, q: q, env: env}
+	case provider == protocol.SandboxCloudflare:
+		// A Cloudflare sandbox cannot reach the worker's loopback: its
+		// bridge meters at its egress (bridgemodel.go, docs/gateway.md).
+		m = &bridgeMeteredMode{mode: m, q: q}
 	}
 	if t := q.w.cfg.Test; t.RunStarted != nil || t.RunEnded != nil {
 		m = hooked{mode: m, q: q}

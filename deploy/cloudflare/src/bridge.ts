@@ -6,6 +6,7 @@ import { authorize } from './auth';
 import { placeholderEnv } from './egress';
 import type { Env } from './env';
 import { errorResponse, fromSdkError, HttpError, invalid, jsonResponse, toErrorResponse } from './errors';
+import { closeModelRun, openModelRun, reportModelRun, type ModelApi } from './model-routes';
 import { buildCommand, parseArgv } from './shell';
 import {
   appendCommand,
@@ -342,6 +343,13 @@ async function route(request: Request, env: Env, ctx: ExecutionContext, url: URL
     if (m === 'PUT') return putSandbox(env, id, request, o);
     if (m === 'DELETE') return deleteSandbox(env, id);
     return methodNotAllowed(['PUT', 'DELETE']);
+  }
+  if (rest[0] === 'model' && rest.length === 1) {
+    const sb = sandboxFor(env, id) as unknown as ModelApi;
+    if (m === 'PUT') return openModelRun(sb, await readJson(request, o.maxJsonBytes, true));
+    if (m === 'GET') return reportModelRun(sb, id, url);
+    if (m === 'DELETE') return closeModelRun(sb, id, url);
+    return methodNotAllowed(['PUT', 'GET', 'DELETE']);
   }
   if (rest[0] === 'file' && rest.length === 1) {
     if (m === 'PUT') return putFile(env, id, url, request, o);

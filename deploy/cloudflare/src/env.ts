@@ -17,6 +17,8 @@ export interface Env {
   SANDBOX_TRANSPORT?: string;
   /** Var: extra comma-separated hosts the sandbox may reach (api.anthropic.com always). */
   SANDBOX_ALLOWED_HOSTS?: string;
+  /** Var: model price overrides, JSON as the Go worker's --model-prices file (model-meter.ts). */
+  MODEL_PRICES?: string;
   /** Var: default sleep_after when a PUT does not give one ("10m"). */
   SANDBOX_SLEEP_AFTER?: string;
 }

@@ -9,7 +9,8 @@
 //   validate.ts ids, workspace paths, env (secret filtering), durations, offsets
 //   shell.ts    argv -> single-quoted POSIX command line
 //   egress.ts   API-key injection into requests to api.anthropic.com
-//   sandbox.ts  the Sandbox Durable Object class (egress locked down)
+//   sandbox.ts  the Sandbox Durable Object class (egress locked down, model RPC methods)
+//   model-*.ts  the metered model egress: meter and prices, the run ledger, the /model routes
 //   errors.ts   {error, code} responses and SDK error mapping
 
 import { createBridge } from './bridge';

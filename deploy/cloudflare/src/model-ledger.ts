@@ -18,9 +18,33 @@ export interface KeyValueStorage {
   delete(key: string): Promise<boolean>;
 }
 
+/** Who a run serves: the Go worker's numbering of its calls (SPEC 13, .model events). */
+export interface RunMeta {
+  tenant: string;
+  query_id: string;
+  attempt: number;
+  /** The number of the run's first call (calls count from 1 per query, across attempts). */
+  first_call: number;
+}
+
 interface StoredRun extends RunState {
   /** Events kept so far; event n (from 0) is under `model:ev:<n>`. */
   events: number;
+  meta?: RunMeta;
+}
+
+/** A kept call as the bridge reports it: the event with its number and attempt. */
+export type NumberedEvent = ModelEvent & { call: number; attempt: number };
+
+/** What GET and DELETE /v1/sb/:id/model answer. */
+export interface RunReport {
+  events: NumberedEvent[];
+  /** The cursor to ask from next (events kept so far). */
+  next: number;
+  spent_usd: number;
+  max_cost_usd?: number;
+  /** Whether the run reached its cap (its next call gets 402). */
+  capped: boolean;
 }
 
 const RUN_KEY = 'model:run';
@@ -34,10 +58,11 @@ export class RunStore {
   constructor(private readonly storage: KeyValueStorage) {}
 
   /** Opens a run (replacing any open one and its events). */
-  async open(maxCostUSD: number | undefined, spentUSD = 0): Promise<void> {
+  async open(maxCostUSD: number | undefined, spentUSD = 0, meta?: RunMeta): Promise<void> {
     await this.close();
     const run: StoredRun = { spentUSD, events: 0 };
     if (maxCostUSD !== undefined) run.maxCostUSD = maxCostUSD;
+    if (meta !== undefined) run.meta = meta;
     await this.storage.put(RUN_KEY, run);
   }
 
@@ -69,6 +94,34 @@ export class RunStore {
     return { events, spent_usd: r.spentUSD };
   }
 
+  /**
+   * The run's report: its numbered events from index `from` on, the cursor
+   * to ask from next, the spend and whether the cap is reached. Undefined
+   * when no run is open.
+   */
+  async report(from: number): Promise<RunReport | undefined> {
+    const r = await this.storage.get<StoredRun>(RUN_KEY);
+    if (!r) return undefined;
+    const first = r.meta?.first_call ?? 1;
+    const attempt = r.meta?.attempt ?? 0;
+    const events: NumberedEvent[] = [];
+    const start = Math.max(0, Math.floor(from));
+    for (let i = start; i < r.events; i++) {
+      const ev = await this.storage.get<ModelEvent>(eventKey(i));
+      if (ev) events.push({ call: first + i, attempt, ...ev });
+    }
+    const out: RunReport = { events, next: Math.max(start, r.events), spent_usd: r.spentUSD, capped: r.maxCostUSD !== undefined && r.spentUSD >= r.maxCostUSD };
+    if (r.maxCostUSD !== undefined) out.max_cost_usd = r.maxCostUSD;
+    return out;
+  }
+
+  /** Reports the run from `from` on (see report), then closes it. */
+  async closeReport(from: number): Promise<RunReport | undefined> {
+    const rep = await this.report(from);
+    if (rep) await this.close();
+    return rep;
+  }
+
   /** Ends the run: its calls get 401 from now on. Returns its spend (undefined if none was open). */
   async close(): Promise<number | undefined> {
     const r = await this.storage.get<StoredRun>(RUN_KEY);
@@ -79,7 +132,7 @@ export class RunStore {
   }
 }
 
-/** What objectLedger needs of the Sandbox object: two RPC methods over its RunStore. */
+/** What objectLedger needs of the Sandbox object: two RPC methods over its RunStore (sandbox.ts). */
 export interface ModelRunObject {
   modelState(): Promise<RunState | undefined>;
   modelRecord(ev: ModelEvent): Promise<void>;

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 vi.mock('@cloudflare/sandbox', async () => (await import('./fake-sdk')).sdkModule);
 
 import { allowedHostsFrom, anthropicOutbound, CREDENTIAL_PLACEHOLDER, placeholderEnv } from '../src/egress';
-import { Sandbox } from '../src/sandbox';
+import { modelOutbound, Sandbox } from '../src/sandbox';
 import * as worker from '../src/index';
 import { makeEnv } from './helpers';
 
@@ -74,7 +74,7 @@ describe('egress interception', () => {
     expect(sb.interceptHttps).toBe(true);
     expect(sb.enableInternet).toBe(false);
     expect(sb.allowedHosts).toEqual(['api.anthropic.com', 'github.com', 'registry.npmjs.org']);
-    expect(Sandbox.outboundByHost?.['api.anthropic.com']).toBe(anthropicOutbound);
+    expect(Sandbox.outboundByHost?.['api.anthropic.com']).toBe(modelOutbound);
     expect(allowedHostsFrom(undefined)).toEqual(['api.anthropic.com']);
   });
 

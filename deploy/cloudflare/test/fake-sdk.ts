@@ -5,6 +5,9 @@
 
 import { vi } from 'vitest';
 
+import type { ModelEvent } from '../src/model-gateway';
+import { RunStore, type KeyValueStorage, type RunMeta } from '../src/model-ledger';
+
 const encoder = new TextEncoder();
 
 /** An error shaped like the SDK's SandboxError (code + httpStatus). */
@@ -84,7 +87,27 @@ function bytesOf(b64: string): Uint8Array {
   return out;
 }
 
+/** A Map behind the DurableObjectStorage calls RunStore makes (values cloned, as storage does). */
+export function memoryStorage(): KeyValueStorage & { map: Map<string, unknown> } {
+  const map = new Map<string, unknown>();
+  return {
+    map,
+    async get<T>(k: string) { return structuredClone(map.get(k)) as T | undefined; },
+    async put<T>(k: string, v: T) { map.set(k, structuredClone(v)); },
+    async delete(k: string) { return map.delete(k); },
+  };
+}
+
 export class FakeSandbox {
+  /** The object's storage, where its model run is kept (the Sandbox class's model* RPC methods, sandbox.ts). */
+  readonly storage = memoryStorage();
+  private readonly run = new RunStore(this.storage);
+  modelOpen = vi.fn(async (max: number | undefined, spent: number, meta: RunMeta) => this.run.open(max, spent, meta));
+  modelState = vi.fn(async () => this.run.state());
+  modelRecord = vi.fn(async (ev: ModelEvent) => this.run.record(ev));
+  modelReport = vi.fn(async (from: number) => this.run.report(from));
+  modelClose = vi.fn(async (from: number) => this.run.closeReport(from));
+
   readonly procs = new Map<string, FakeProc>();
   readonly files = new Map<string, Uint8Array>();
   readonly dirs = new Set<string>();

@@ -13,6 +13,9 @@
 //	PUT    /v1/sb/:id/file?path=                raw bytes → 204
 //	GET    /v1/sb/:id/file?path=                raw bytes
 //	DELETE /v1/sb/:id                           204, idempotent
+//	PUT    /v1/sb/:id/model                     open a model run: {tenant, query_id, attempt, first_call, max_cost_usd?, spent_usd?} → {open:true}
+//	GET    /v1/sb/:id/model?from=N              {events, next, spent_usd, max_cost_usd?, capped}; 404 model_run_not_found
+//	DELETE /v1/sb/:id/model?from=N              the same, then the run is closed
 //	GET    /healthz                             unauthenticated
 //
 // Every /v1 route requires "Authorization: Bearer <token>", compared in
@@ -43,13 +46,23 @@
 // what is left of its group is killed, and output held open by a process
 // outside it is cut off after 2 s.
 //
+// # Model calls
+//
+// With Options.ModelUpstream the fake plays the Worker's metered egress for
+// api.anthropic.com (deploy/cloudflare/src/model-gateway.ts): every process
+// gets ANTHROPIC_BASE_URL (a loopback egress naming its sandbox) and a
+// placeholder ANTHROPIC_API_KEY; the egress answers 401 for a sandbox with
+// no open run, else forwards to an internal/gateway.Gateway holding
+// Options.ModelAPIKey, which meters with the Go gateway's rules and answers
+// 402 past the run's cap. The calls it records are what GET /model reports.
+//
 // # Fault injection and counters
 //
 // FailCreate / FailCreateStatus / DelayCreate make creation fail or slow;
 // DropStreamAfter cuts stream connections after a number of output bytes
 // (cleanly, or by aborting the connection with SetDropAbort); SetExitMode
 // makes streams end without their exit event, hang without one, or send an
-// error event; SetPings stops the ": ping" comments. Counters (Creates,
+// error event; SetPings stops the ": ping" comments; FailModel makes the /model routes answer 503. Counters (Creates,
 // Starts, Launches, StreamConnects, Kills, Deletes, Unauthorized) and
 // ProcEnv let tests assert what the client did.
 //

@@ -57,6 +57,15 @@ type Options struct {
 	// loopback egress proxy (http_proxy) that adds them, so git
 	// authenticates without ever seeing them.
 	GitCredentials workspace.Credentials
+	// ModelUpstream, if set, makes the fake meter model calls like the
+	// Worker's egress for api.anthropic.com: processes get
+	// ANTHROPIC_BASE_URL (a loopback egress naming their sandbox) and a
+	// placeholder ANTHROPIC_API_KEY; calls of a sandbox with a run opened
+	// by PUT /v1/sb/:id/model go to this upstream with ModelAPIKey,
+	// metered and capped by internal/gateway; others get 401.
+	ModelUpstream string
+	// ModelAPIKey is the key the fake Worker holds for ModelUpstream.
+	ModelAPIKey string
 	// Dir holds the sandboxes' directories. Defaults to tb.TempDir().
 	Dir string
 	// OutputWindow is how many bytes of a process's stdout (and, apart,
@@ -70,6 +79,7 @@ type Options struct {
 type Fake struct {
 	opts    Options
 	srv     *httptest.Server
+	model   *modelEgress // the model runs; an egress only with Options.ModelUpstream
 	closing chan struct{}
 	once    sync.Once
 	procWG  sync.WaitGroup
@@ -88,6 +98,7 @@ type Fake struct {
 	noPings          bool
 	failStdin        int
 	failStdinAfter   bool
+	failModel        int
 
 	// counters
 	creates, deletes, unauthorized int
@@ -141,6 +152,7 @@ func New(tb testing.TB, opts Options) *Fake {
 		stdinWrites: map[string]int{},
 		envs:        map[string][]string{},
 	}
+	f.model = startModelEgress(tb, opts.ModelUpstream, cmp.Or(opts.ModelAPIKey, "bridgefake-model-key"))
 	f.srv = httptest.NewServer(handlers{f}.routes())
 	tb.Cleanup(f.Close)
 	return f

@@ -155,6 +155,7 @@ func (f handlers) env(sb *sandbox, req startReq) []string {
 		// The agent's config dir, as the bridge's image sets it.
 		"CLAUDE_CONFIG_DIR": filepath.Join(sb.dir, "home", ".claude"),
 	}
+	maps.Copy(m, f.model.env(sb.id))
 	maps.Copy(m, f.opts.BaseEnv)
 	maps.Copy(m, sb.env)
 	maps.Copy(m, req.Env)

@@ -39,6 +39,9 @@ func (f handlers) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/stdin", f.auth(f.withProc(f.handleStdin)))
 	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/stdin/close", f.auth(f.withProc(f.handleStdinClose)))
 	mux.HandleFunc("GET /v1/sb/{id}/proc/{pid}", f.auth(f.withProc(f.handleStatus)))
+	mux.HandleFunc("PUT /v1/sb/{id}/model", f.auth(f.handleModelOpen))
+	mux.HandleFunc("GET /v1/sb/{id}/model", f.auth(f.handleModelReport))
+	mux.HandleFunc("DELETE /v1/sb/{id}/model", f.auth(f.handleModelReport))
 	mux.HandleFunc("PUT /v1/sb/{id}/file", f.auth(f.withSandbox(f.handlePutFile)))
 	mux.HandleFunc("GET /v1/sb/{id}/file", f.auth(f.withSandbox(f.handleGetFile)))
 	mux.HandleFunc("/v1/", f.auth(func(w http.ResponseWriter, _ *http.Request) {
@@ -244,6 +247,7 @@ func (f handlers) handleDelete(w http.ResponseWriter, r *http.Request) {
 	if sb != nil {
 		f.destroy(sb)
 	}
+	f.model.closeRun(r.PathValue("id"))
 	w.WriteHeader(http.StatusNoContent)
 }
 
