@@ -87,6 +87,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Metrics:     worker.NewMetrics(p.reg, o.slots, p.jl.Backlog),
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
 		Checkpoints: p.objects,
+		Network:     o.contain.networkConfig(o.agentEnv, log),
 	})
 	if err != nil {
 		return nil, failed(2, "worker", err)
@@ -139,7 +140,8 @@ func openJournal(ctx context.Context, o *options, nc *nats.Conn, names protocol.
 func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, error) {
 	providers := map[string]sandbox.Provider{}
 	absDir, _ := filepath.Abs(o.sbDir)
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log})
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
+		Isolation: o.contain.isolation, AgentUID: o.contain.agentUID})
 	if err != nil {
 		return nil, failed(1, "local sandbox", err)
 	}
