@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -23,20 +25,86 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
 )
 
-// containedFleet is a fleet with one worker whose local sandboxes are
-// contained (SPEC 14), network as given, the stand-in's directory bound
-// read-only; started reports each agent start.
-func containedFleet(t *testing.T, netCfg worker.NetworkConfig, env map[string]string, agentMod func(*agent.Config)) (*fleettest.Fleet, chan string, string) {
+// containedLocal is a contained local provider (SPEC 14) with the
+// stand-in's directory bound read-only and env for every sandbox; root is
+// its directory.
+func containedLocal(t *testing.T, env map[string]string) (local *sandbox.Local, root string) {
 	t.Helper()
 	if err := sandbox.CheckContained(); err != nil {
 		t.Skipf("contained sandboxes cannot run here: %v", err)
 	}
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	root := t.TempDir()
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: root, Isolation: sandbox.IsolationContained,
+	root = t.TempDir()
+	local, err = sandbox.NewLocal(sandbox.LocalConfig{Root: root, Isolation: sandbox.IsolationContained,
 		ReadOnlyPaths: []string{filepath.Dir(exe)}, Env: env})
 	require.NoError(t, err)
+	return local, root
+}
+
+// containedIfAsked makes a worker's local sandboxes contained, reaching
+// the model at env's ANTHROPIC_BASE_URL through the worker's forward, when
+// t runs under TestContainedClaudeSessions; nil otherwise.
+func containedIfAsked(t *testing.T, env map[string]string) func(*worker.Config) {
+	if !strings.HasPrefix(t.Name(), "TestContainedClaudeSessions/") {
+		return nil
+	}
+	local, _ := containedLocal(t, env)
+	return func(c *worker.Config) {
+		c.Providers[protocol.SandboxLocal] = local
+		c.Network = worker.NetworkConfig{Max: egress.Allow, ModelURL: env["ANTHROPIC_BASE_URL"]}
+	}
+}
+
+// TestContainedClaudeSessions runs a session test with the real CLI
+// through a worker whose sandboxes are contained, network none: turns
+// queue, an interrupt ends one, the history carries.
+func TestContainedClaudeSessions(t *testing.T) {
+	if err := sandbox.CheckContained(); err != nil {
+		t.Skipf("contained sandboxes cannot run here: %v", err)
+	}
+	t.Run("TurnsQueueInterruptEnd", TestClaudeSessionTurnsQueueInterruptEnd)
+}
+
+// TestContainedStandinSessionParksAndResumes: a contained session parks
+// when its worker stops and resumes on another contained worker, the
+// transcript restored into the new sandbox (and the agent's to change).
+func TestContainedStandinSessionParksAndResumes(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	mod := func(c *worker.Config) {
+		local, _ := containedLocal(t, nil)
+		c.Providers[protocol.SandboxLocal] = local
+	}
+	a := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Grace: 10 * time.Minute, Mod: mod})
+	fleettest.WaitReady(t, a.W)
+	sw := watchStatus(t, f, "default", "cst")
+	submitSession(t, f, "default", "cst", "before the stop", &protocol.Session{}, protocol.Options{})
+	sw.state(protocol.StateIdle, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, a.W.Stop(ctx))
+	sw.state(protocol.StateParked, 1)
+
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: mod}).W)
+	sendCtl(t, f, "default", "cst", input("after the stop"))
+	sw.state(protocol.StateIdle, 2)
+	sendCtl(t, f, "default", "cst", protocol.CtlOp{Op: protocol.OpEnd})
+	r := f.Follow("default", "cst", wait)
+	fleettest.RequireContiguous(t, r)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, 2, r.Final.Turn)
+	last := string(r.Lines[len(r.Lines)-2].Data)
+	require.Contains(t, last, "after the stop")
+	require.Contains(t, last, "(1 earlier messages in this session)", "the resumed stand-in found the session's transcript")
+}
+
+// containedFleet is a fleet with one worker whose local sandboxes are
+// contained (SPEC 14), network as given, the stand-in's directory bound
+// read-only; started reports each agent start.
+func containedFleet(t *testing.T, netCfg worker.NetworkConfig, env map[string]string, agentMod func(*agent.Config)) (*fleettest.Fleet, chan string, string) {
+	t.Helper()
+	local, root := containedLocal(t, env)
 	f := fleettest.New(t, fleettest.Opts{})
 	started := make(chan string, 4)
 	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, AgentMod: agentMod, Mod: func(c *worker.Config) {
