@@ -137,8 +137,20 @@ func TestContainedEgressRefusalIsPublished(t *testing.T) {
 	f.PublishJob("default", b, nil)
 	r := f.Follow("default", "egress-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
-	m := <-refusals
-	require.JSONEq(t, `{"host":"denied.example","port":80,"allowed":false}`, string(m.Data))
+	select {
+	case m := <-refusals:
+		require.JSONEq(t, `{"host":"denied.example","port":80,"allowed":false}`, string(m.Data))
+	case <-time.After(wait):
+		t.Fatal("no refusal on .egress")
+	}
+	// FLEET_QUERIES keeps it for replay.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+	require.NoError(t, err)
+	stored, err := st.GetLastMsgForSubject(ctx, f.Names.QueryEgress("default", "egress-1"))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"host":"denied.example","port":80,"allowed":false}`, string(stored.Data))
 }
 
 // TestNetworkAboveMaxFailsAtOnce: a job asking for an allow list on a
