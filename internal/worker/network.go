@@ -144,3 +144,22 @@ func agentBaseURL(modelURL string, n *sandbox.Network, contained bool) (string, 
 	out := url.URL{Scheme: "http", Host: reach, Path: u.Path, RawQuery: u.RawQuery}
 	return out.String(), nil
 }
+
+// agentModelURL is what q's agent is given as ANTHROPIC_BASE_URL for
+// modelURL, the model gateway's address on this machine (whose forward
+// withNetwork made, Config.Network.ModelURL being that address): the
+// forward's loopback address inside a contained sandbox with a network of
+// its own, modelURL itself otherwise. The gateway's wiring sets the
+// agent's variable from it, never from the gateway's address directly.
+func (q *query) agentModelURL(modelURL string) string {
+	p, err := q.w.jobNetwork(q.job)
+	if err != nil {
+		return modelURL
+	}
+	cp, ok := providerFor(q.w.cfg, q.job).(containedProvider)
+	u, err := agentBaseURL(modelURL, &sandbox.Network{Policy: p}, ok && cp.Contained())
+	if err != nil {
+		return modelURL
+	}
+	return u
+}

@@ -86,3 +86,38 @@ func TestJobNetwork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, egress.Open, p.Mode)
 }
+
+// fakeContained is a provider that reports its isolation.
+type fakeContained struct {
+	sandbox.Provider
+	contained bool
+}
+
+func (f fakeContained) Contained() bool { return f.contained }
+
+// The model URL the gateway's wiring gives the agent: the forward's
+// address in a contained local sandbox (network none or allow), the
+// gateway's own with an open network or without containment.
+func TestAgentModelURL(t *testing.T) {
+	gw := "http://127.0.0.1:41234"
+	for _, tc := range []struct {
+		contained bool
+		network   string
+		want      string
+	}{
+		{true, "", "http://127.0.0.1:18080"},
+		{true, `{"allow":["github.com"]}`, "http://127.0.0.1:18080"},
+		{true, `"open"`, gw},
+		{false, "", gw},
+	} {
+		w := &Worker{cfg: Config{DefaultSandbox: protocol.SandboxLocal,
+			Providers: map[string]sandbox.Provider{protocol.SandboxLocal: fakeContained{contained: tc.contained}},
+			Network:   NetworkConfig{Max: egress.Open, ModelURL: gw}}}
+		job := &protocol.Job{ID: "q"}
+		if tc.network != "" {
+			job.Network = json.RawMessage(tc.network)
+		}
+		q := &query{w: w, job: job}
+		require.Equal(t, tc.want, q.agentModelURL(gw), "%v %s", tc.contained, tc.network)
+	}
+}
