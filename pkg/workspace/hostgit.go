@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -31,6 +32,9 @@ import (
 // .git is then given to the directory's owner (the agent's uid when
 // contained), so the sandbox's own git keeps working on it.
 func (w *Workspaces) hostGit(ctx context.Context, dir string, c gitCall) (gitResult, error) {
+	if err := realGitDir(dir); err != nil {
+		return gitResult{}, err
+	}
 	argv := append(slices.Clone(hardening), "-c", "safe.directory=*")
 	argv = append(argv, c.args...)
 	cmd := exec.CommandContext(ctx, "git", argv...)
@@ -65,6 +69,22 @@ func (w *Workspaces) hostGit(ctx context.Context, dir string, c gitCall) (gitRes
 		msg = msg[len(msg)-4<<10:]
 	}
 	return gitResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.Bytes(), stderr: msg}, nil
+}
+
+// realGitDir refuses a checkout whose .git or object store is a symlink:
+// git on this machine would follow it to files the sandbox never saw (and
+// a push borrows .git/objects).
+func realGitDir(dir string) error {
+	for _, p := range []string{".git", filepath.Join(".git", "objects")} {
+		st, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("the checkout's %s is not a directory", p)
+		}
+	}
+	return nil
 }
 
 // onHost reports the work directory on this machine of sb when c is a
