@@ -204,6 +204,11 @@ func TestContainedWorkspaceRunEndToEnd(t *testing.T) {
 	workspacetest.VerifyArtifact(t, context.Background(), f.Objects, repo, art, "default", "ws-contained")
 	require.True(t, art.Pushed, art.PushError)
 	require.Equal(t, art.EndSHA, workspacetest.Git(t, repo.Bare, "rev-parse", "refs/heads/fleet/default/ws-contained"))
+	for _, l := range r.Lines {
+		require.NotContains(t, string(l.Data), "commit agent_add_B:", "the agent's commit failed: %s", l.Data)
+	}
+	require.Equal(t, "stand-in <standin@agentfleet.invalid>",
+		workspacetest.Git(t, repo.Bare, "log", "-1", "--format=%an <%ae>", art.EndSHA+"^"), "the agent's own commit is kept")
 }
 
 // TestContainedWorkspaceRealClaudeCode: the real CLI, contained with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -108,4 +109,23 @@ func TestContainedSpecNetworkIsEveryProcesss(t *testing.T) {
 	require.Empty(t, env["HTTPS_PROXY"], "the process's own network (none) wins")
 	plain := b.create(t, "no-spec-net", nil)
 	require.Empty(t, childEnv(t, plain, sandbox.ProcSpec{})["HTTPS_PROXY"])
+}
+
+// TestContainedAgentReadsTheSystemsEtc: the agent's uid can read what of
+// /etc the sandbox gives it (the generated passwd, the CA certificates,
+// the system git config), so git, TLS and user lookups work inside. A
+// root worker's bwrap made /etc 0700 root's, and git in the agent's
+// workspace failed ("unable to access '/etc/gitconfig'").
+func TestContainedAgentReadsTheSystemsEtc(t *testing.T) {
+	requireContained(t)
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained})
+	sb := b.create(t, "etc", nil)
+	out, st := run(t, sb, sandbox.ProcSpec{}, "try-read /etc/passwd")
+	require.Equal(t, 0, st.Code, st.StderrTail)
+	require.Contains(t, out, "ok root:x:0:0")
+	if _, err := os.Stat("/etc/gitconfig"); err == nil {
+		out, st = run(t, sb, sandbox.ProcSpec{}, "try-read /etc/gitconfig")
+		require.Equal(t, 0, st.Code, st.StderrTail)
+		require.True(t, strings.HasPrefix(out, "ok"), out)
+	}
 }
