@@ -58,12 +58,15 @@ func containedIfAsked(t *testing.T, env map[string]string) func(*worker.Config) 
 
 // TestContainedClaudeSessions runs a session test with the real CLI
 // through a worker whose sandboxes are contained, network none: turns
-// queue, an interrupt ends one, the history carries.
+// queue, an interrupt ends one, the history carries; a workspace session
+// parks and resumes with both turns' work (the checkout and its restore
+// through the worker's git).
 func TestContainedClaudeSessions(t *testing.T) {
 	if err := sandbox.CheckContained(); err != nil {
 		t.Skipf("contained sandboxes cannot run here: %v", err)
 	}
 	t.Run("TurnsQueueInterruptEnd", TestClaudeSessionTurnsQueueInterruptEnd)
+	t.Run("WorkspaceSessionParkResumeKeepsTheWork", TestWorkspaceSessionParkResumeKeepsTheWork)
 }
 
 // TestContainedStandinSessionParksAndResumes: a contained session parks
