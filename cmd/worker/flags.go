@@ -39,6 +39,7 @@ type options struct {
 	modelPrices                  gateway.Prices
 	repoCache                    string
 	warm                         int
+	contain                      containOptions
 
 	// command is --agent-cmd split like a shell, its program made
 	// absolute when given as a relative path (validate).
@@ -73,6 +74,7 @@ func flags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.gitCreds, "git-credentials", "", "git credentials for workspace fetch and push, in git's credential-store format; never shown to agents (env FLEET_GIT_CREDENTIALS)")
 	fs.BoolVar(&o.wsAllowFile, "workspace-allow-file", false, "allow file:// workspace repositories: tests and single-machine use (env FLEET_WORKSPACE_ALLOW_FILE)")
 	fs.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", 2<<30, "fail a workspace checkout whose fetched repository is larger; 0 = no limit (env FLEET_WORKSPACE_MAX_BYTES)")
+	addContainFlags(fs, &o.contain)
 	fs.DurationVar(&o.exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
 	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (SPEC 15); empty = none (env FLEET_REPO_CACHE)")
 	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (SPEC 15); 0 = off (env FLEET_WARM)")

@@ -30,6 +30,10 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 2
 	}
+	if code, err := o.contain.check(log); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return code
+	}
 	log.Info().Str("nats_url", config.RedactURLs(o.common.NATSURL)).Msg("connecting to NATS")
 	nc, js, err := config.ConnectJetStream(o.common, "fleet-worker", log)
 	if err != nil {

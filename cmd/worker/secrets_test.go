@@ -17,14 +17,17 @@ import (
 // An agent reading the worker's /proc/<pid>/environ and cmdline finds none
 // of the worker's secrets (SPEC 3.3); the worker still works with them.
 // Before, the agent read FLEET_CF_BRIDGE_TOKEN, AWS_SECRET_ACCESS_KEY and
-// the password in --nats-url there (found by QA).
+// the password in --nats-url there (found by QA). The scrub matters where
+// the agent can see the worker's /proc: --isolation none (a contained
+// agent has a PID namespace of its own and finds no such process).
 func TestAgentCannotReadTheWorkersSecretsInProc(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
 	url := strings.Replace(f.Srv.ClientURL(), "nats://", "nats://fleet:pw-in-argv@", 1)
 	p := fleettest.StartCommandEnv(t, []string{
 		"AWS_SECRET_ACCESS_KEY=aws-in-env", "FLEET_CF_BRIDGE_TOKEN=bridge-in-env", "NATS_PASSWORD=nats-in-env",
-	}, workerArgs(t, "--nats-url", url, "--cf-bridge-token", "tok-in-argv", "--slots", "1", "--log-level", "info")...)
+	}, workerArgs(t, "--nats-url", url, "--cf-bridge-token", "tok-in-argv", "--slots", "1", "--log-level", "info",
+		"--isolation", "none")...)
 	p.Expect(t, "pulling jobs")
 	pid := strconv.Itoa(p.Cmd.Process.Pid)
 

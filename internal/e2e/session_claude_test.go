@@ -42,7 +42,8 @@ func setupClaude(t *testing.T, reply anthropicfake.ReplyFunc) *claudeBundle {
 func (b *claudeBundle) worker(t *testing.T, slots int) *fleettest.Worker {
 	t.Helper()
 	w := b.f.StartWorker(fleettest.WorkerOpts{Slots: slots, SandboxEnv: b.env,
-		AgentMod: func(c *agent.Config) { c.Command = []string{b.claude} }})
+		AgentMod: func(c *agent.Config) { c.Command = []string{b.claude} },
+		Mod:      containedIfAsked(t, b.env)})
 	fleettest.WaitReady(t, w.W)
 	return w
 }

@@ -137,7 +137,7 @@ func workerPermissions(prefix string) jwt.Permissions {
 		"$JS.API.DIRECT.GET."+q, "$JS.API.DIRECT.GET."+q+".>",
 		"$JS.API.CONSUMER.CREATE."+q+".*."+prefix+".query.*.*.ctl",
 		"$JS.API.CONSUMER.MSG.NEXT."+q+".*", "$JS.API.CONSUMER.INFO."+q+".*", "$JS.API.CONSUMER.DELETE."+q+".*",
-		prefix+".query.*.*.msg", prefix+".query.*.*.status", prefix+".query.*.*.artifact", prefix+".dlq.>",
+		prefix+".query.*.*.msg", prefix+".query.*.*.status", prefix+".query.*.*.artifact", prefix+".query.*.*.egress", prefix+".dlq.>",
 		prefix+".ratelimit.*")
 	p.Sub.Allow.Add(prefix+".query.*.*.ctl", prefix+".query.*.*.status", "_INBOX_worker.>",
 		"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.agentfleet-worker", "$SRV.*.agentfleet-worker.>", prefix+".worker.>")

@@ -129,6 +129,8 @@ type Config struct {
 	// Checkpoints stores session checkpoints (queries/<tenant>/<id>/session/);
 	// nil disables sessions and options.resume restores.
 	Checkpoints storage.Store
+	// Network is what jobs' agents may reach (SPEC 14; network.go).
+	Network NetworkConfig
 	// Test hooks.
 	Test TestConfig
 }

@@ -96,7 +96,8 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 		token, url = w.cfg.Gateway.Open(info)
 	}
 	m.opened = true
-	m.env[envBaseURL], m.env[envAPIKey], m.env[envNonessential] = url, token, "1"
+	// Contained, the agent reaches the gateway through the model forward.
+	m.env[envBaseURL], m.env[envAPIKey], m.env[envNonessential] = q.agentModelURL(url), token, "1"
 	out, runErr := m.mode.run(ctx, sb, emit)
 	m.sum = w.cfg.Gateway.Close(token)
 	delete(m.env, envAPIKey)

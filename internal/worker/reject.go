@@ -83,7 +83,7 @@ func (w *Worker) reject(msg jetstream.Msg, job *protocol.Job, tenant string, att
 	}
 	ev := protocol.StatusEvent{
 		ID: id, Tenant: tenant, State: protocol.StateFailed, Attempt: attempt,
-		Error: &protocol.ErrorInfo{Code: protocol.CodeInvalidJob, Message: reason},
+		Error: &protocol.ErrorInfo{Code: rejectCode(cause), Message: reason},
 	}
 	ev.JobSeq = jobSeqOf(msg)
 	if job != nil {

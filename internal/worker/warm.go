@@ -87,7 +87,12 @@ func (w *Worker) spawnWarm(ctx context.Context, p warm.Profile) (warm.Spawned, e
 			w.cfg.Gateway.Revoke(token)
 		}
 	}
-	sb, err := provider.Create(ctx, sandbox.Spec{ID: "warm-" + randomHex(8)})
+	spec, err := w.warmNetwork(provider, sandbox.Spec{ID: "warm-" + randomHex(8)}, env)
+	if err != nil {
+		revoke()
+		return warm.Spawned{}, err
+	}
+	sb, err := provider.Create(ctx, spec)
 	if err != nil {
 		revoke()
 		return warm.Spawned{}, err
@@ -119,6 +124,11 @@ func (q *query) takeWarm() *warm.Agent {
 	pool := q.w.warm
 	if pool == nil || q.job.Session != nil && q.attempt > 1 {
 		// A session's later attempt may restore its checkpoint.
+		return nil
+	}
+	if p, err := q.w.jobNetwork(q.job); err != nil || p.String() != q.w.cfg.Network.Default.String() {
+		// Warm agents are spawned with the worker's default network.
+		q.log.Debug().Msg("starting cold: the job's network is not the warm agents'")
 		return nil
 	}
 	p, cold := warm.ProfileOf(q.job, warm.Placement{Sandbox: cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox)})
@@ -220,3 +230,27 @@ type adopted struct {
 
 func (a adopted) ID() string        { return "agent" }
 func (a adopted) Stdout() io.Reader { return a.out }
+
+// warmNetwork gives a warm agent's sandbox the worker's default network
+// (the only one warm agents are taken for, see takeWarm), with the model
+// forward, and points env's ANTHROPIC_BASE_URL (the gateway's, when set)
+// at the forward when the sandbox is contained.
+func (w *Worker) warmNetwork(provider sandbox.Provider, spec sandbox.Spec, env map[string]string) (sandbox.Spec, error) { //nolint:unparam // an error is the contract of a spawn step
+	n := &sandbox.Network{Policy: w.cfg.Network.Default}
+	spec.Network = n
+	model := cmp.Or(env[envBaseURL], w.cfg.Network.ModelURL)
+	if model == "" {
+		return spec, nil
+	}
+	cp, ok := provider.(containedProvider)
+	base, err := agentBaseURL(model, n, ok && cp.Contained())
+	if err != nil {
+		return spec, nil // as a cold agent: it keeps the URL it has
+	}
+	if env[envBaseURL] != "" {
+		env[envBaseURL] = base
+	} else {
+		spec.Env = map[string]string{envBaseURL: base} // as withNetwork does for a cold agent
+	}
+	return spec, nil
+}

@@ -1,5 +1,7 @@
 package protocol
 
+import "encoding/json"
+
 // MaxPromptBytes is the largest prompt a job may carry (256 KiB).
 const MaxPromptBytes = 256 << 10
 
@@ -34,6 +36,10 @@ type Job struct {
 	// MaxCostUSD, if set, caps the run's metered model spend; the model
 	// gateway enforces it outside the agent (SPEC 13).
 	MaxCostUSD *float64 `json:"max_cost_usd,omitempty" msgpack:"max_cost_usd,omitempty"`
+
+	// Network is what the agent may reach (SPEC 14): "none", "open" or
+	// {"allow":[…]}, raw JSON; decoded by the worker (egress.ForJob).
+	Network json.RawMessage `json:"network,omitempty" msgpack:"network,omitempty"`
 }
 
 // Options tune one agent run. Every field is optional; nil pointers mean "not set".

@@ -93,6 +93,10 @@ func (n Names) QueryModel(tenant, id string) string { return n.query(tenant, id)
 // QuerySetup carries a job's setup script output, one message per line (SPEC 15).
 func (n Names) QuerySetup(tenant, id string) string { return n.query(tenant, id) + ".setup" }
 
+// QueryEgress carries a contained run's refused connections, one JSON
+// object {"host","port","allowed":false} per refused (host, port) (SPEC 14).
+func (n Names) QueryEgress(tenant, id string) string { return n.query(tenant, id) + ".egress" }
+
 // QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact, .model, .setup, .egress).
 func (n Names) QueryAll(tenant, id string) string { return n.query(tenant, id) + ".>" }
 

@@ -31,6 +31,7 @@ func TestNames(t *testing.T) {
 		{"QueryStatus", def.QueryStatus("acme", "q1"), "fleet.query.acme.q1.status"},
 		{"QueryCtl", def.QueryCtl("acme", "q1"), "fleet.query.acme.q1.ctl"},
 		{"QueryModel", def.QueryModel("acme", "q1"), "fleet.query.acme.q1.model"},
+		{"QueryEgress", def.QueryEgress("acme", "q1"), "fleet.query.acme.q1.egress"},
 		{"QueryAll", def.QueryAll("acme", "q1"), "fleet.query.acme.q1.>"},
 		{"QueriesWildcard", def.QueriesWildcard(), "fleet.query.>"},
 		{"StatusWildcard", def.StatusWildcard(), "fleet.query.*.*.status"},

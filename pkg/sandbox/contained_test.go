@@ -1,11 +1,14 @@
 package sandbox_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
+	"github.com/agentfleet/agentfleet/pkg/sandbox/egress"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
 	"github.com/stretchr/testify/require"
 )
@@ -87,4 +90,42 @@ func TestContainedAgentOwnsWhatTheWorkerWrites(t *testing.T) {
 		"try-read "+filepath.Join(cfg, "projects", "s.jsonl"))
 	require.Equal(t, 0, st.Code, st.StderrTail)
 	require.Equal(t, "ok\nok\nok parked\n", out)
+}
+
+// TestContainedSpecNetworkIsEveryProcesss: Spec.Network applies to every
+// process of the sandbox that names none (the worker decides a job's
+// network once), and a ProcSpec.Network still wins.
+func TestContainedSpecNetworkIsEveryProcesss(t *testing.T) {
+	requireContained(t)
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained})
+	allow, err := egress.Parse([]byte(`{"allow":["example.com"]}`))
+	require.NoError(t, err)
+	sb, err := b.local.Create(testCtx(t), sandbox.Spec{ID: "spec-net", Network: &sandbox.Network{Policy: allow}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
+	env := childEnv(t, sb, sandbox.ProcSpec{})
+	require.Equal(t, "http://127.0.0.1:3128", env["HTTPS_PROXY"], "the sandbox's network: behind the proxy")
+	env = childEnv(t, sb, sandbox.ProcSpec{Network: &sandbox.Network{}})
+	require.Empty(t, env["HTTPS_PROXY"], "the process's own network (none) wins")
+	plain := b.create(t, "no-spec-net", nil)
+	require.Empty(t, childEnv(t, plain, sandbox.ProcSpec{})["HTTPS_PROXY"])
+}
+
+// TestContainedAgentReadsTheSystemsEtc: the agent's uid can read what of
+// /etc the sandbox gives it (the generated passwd, the CA certificates,
+// the system git config), so git, TLS and user lookups work inside. A
+// root worker's bwrap made /etc 0700 root's, and git in the agent's
+// workspace failed ("unable to access '/etc/gitconfig'").
+func TestContainedAgentReadsTheSystemsEtc(t *testing.T) {
+	requireContained(t)
+	b := setupLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationContained})
+	sb := b.create(t, "etc", nil)
+	out, st := run(t, sb, sandbox.ProcSpec{}, "try-read /etc/passwd")
+	require.Equal(t, 0, st.Code, st.StderrTail)
+	require.Contains(t, out, "ok root:x:0:0")
+	if _, err := os.Stat("/etc/gitconfig"); err == nil {
+		out, st = run(t, sb, sandbox.ProcSpec{}, "try-read /etc/gitconfig")
+		require.Equal(t, 0, st.Code, st.StderrTail)
+		require.True(t, strings.HasPrefix(out, "ok"), out)
+	}
 }

@@ -333,6 +333,10 @@ func systemBinds() []string {
 			a = append(a, "--ro-bind-try", d, d)
 		}
 	}
+	// /etc first, 0755: made implicitly by the binds below, a root
+	// worker's bwrap would leave it 0700 root's, and the agent's uid could
+	// read none of it (certificates, passwd, the system git config).
+	a = append(a, "--perms", "0755", "--dir", "/etc")
 	for _, f := range []string{"/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/alternatives",
 		"/etc/localtime", "/etc/nsswitch.conf", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
 		"/etc/gitconfig", "/etc/mime.types", "/etc/claude-code"} {

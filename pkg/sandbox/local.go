@@ -263,7 +263,7 @@ func (l *Local) Close() error {
 // renaming a pristine tree from the pool when there is one), or reuses
 // them if they exist (a previous attempt's files are kept). Calling
 // Create again for a sandbox that is still open returns that same sandbox;
-// the new spec.Env then applies to processes started afterwards.
+// the new spec.Env and spec.Network then apply to processes started afterwards.
 // Errors wrap ErrInvalid (bad ID or Env) or the file system error.
 func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err := ctx.Err(); err != nil {
@@ -278,7 +278,7 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if s, ok := l.sandboxes[spec.ID]; ok && s.setEnvIfOpen(spec.Env) {
+	if s, ok := l.sandboxes[spec.ID]; ok && s.setSpecIfOpen(spec) {
 		return s, nil
 	}
 
@@ -292,6 +292,7 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		claudeDir: filepath.Join(dir, localClaudeDir),
 		tmp:       filepath.Join(dir, localTmpDir),
 		env:       maps.Clone(spec.Env),
+		net:       spec.Network,
 		procs:     make(map[string]*localProcess),
 		log:       l.log.With().Str("sandbox", spec.ID).Logger(),
 	}

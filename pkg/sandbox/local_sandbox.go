@@ -35,6 +35,7 @@ type localSandbox struct {
 
 	mu         sync.Mutex
 	env        map[string]string        // Spec.Env
+	net        *Network                 // Spec.Network
 	procs      map[string]*localProcess // every process started
 	destroyed  bool                     // a Destroy succeeded
 	destroying chan struct{}            // closed when the Destroy in progress ends
@@ -46,13 +47,14 @@ var _ Sandbox = (*localSandbox)(nil)
 // ID returns the sandbox ID.
 func (s *localSandbox) ID() string { return s.id }
 
-func (s *localSandbox) setEnvIfOpen(env map[string]string) bool {
+func (s *localSandbox) setSpecIfOpen(spec Spec) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return false
 	}
-	s.env = maps.Clone(env)
+	s.env = maps.Clone(spec.Env)
+	s.net = spec.Network
 	return true
 }
 
@@ -93,6 +95,11 @@ func (s *localSandbox) start(ctx context.Context, spec ProcSpec, interactive boo
 	}
 	if err := checkEnv(spec.Env); err != nil {
 		return nil, fmt.Errorf("%s: ProcSpec.Env: %w", op, err)
+	}
+	if spec.Network == nil {
+		s.mu.Lock()
+		spec.Network = s.net
+		s.mu.Unlock()
 	}
 	if err := spec.Network.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -25,6 +25,9 @@ type Spec struct {
 	// Env is extra environment for every process of the sandbox, already
 	// filtered by the caller's allow-list. Never put worker secrets here.
 	Env map[string]string
+	// Network is the Network of every process of the sandbox whose
+	// ProcSpec.Network is nil (the worker decides it once per job).
+	Network *Network
 }
 
 // Sandbox is one isolated place to run processes and keep files.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ type testBundle struct {
 	mu    sync.Mutex
 	lines []agent.Line
 	reqs  chan session.Request
+	net   *sandbox.Network // contained runs: the forward to the fake
 }
 
 func setup(t *testing.T, reply anthropicfake.ReplyFunc) *testBundle {
@@ -40,7 +42,14 @@ func setup(t *testing.T, reply anthropicfake.ReplyFunc) *testBundle {
 	b.fake = anthropicfake.New(t, reply)
 	env := b.fake.Env()
 	env["IS_SANDBOX"] = "1" // bypassPermissions as root
-	p, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Env: env})
+	cfg := sandbox.LocalConfig{Root: t.TempDir(), Env: env}
+	if contained(t) {
+		// TestContainedSessions: the CLI reaches the fake only through
+		// a forward, as the worker's model forward.
+		cfg.Isolation = sandbox.IsolationContained
+		b.net, env["ANTHROPIC_BASE_URL"] = containedNetwork(t, env["ANTHROPIC_BASE_URL"])
+	}
+	p, err := sandbox.NewLocal(cfg)
 	require.NoError(t, err)
 	b.provider = p
 	return b
@@ -48,7 +57,7 @@ func setup(t *testing.T, reply anthropicfake.ReplyFunc) *testBundle {
 
 func (b *testBundle) sandbox(t *testing.T) sandbox.Sandbox {
 	t.Helper()
-	sb, err := b.provider.Create(t.Context(), sandbox.Spec{ID: "sb-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)})
+	sb, err := b.provider.Create(t.Context(), sandbox.Spec{ID: "sb-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Network: b.net})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
 	return sb
@@ -171,8 +180,11 @@ func TestInterruptEndsTheTurnNotTheSession(t *testing.T) {
 // using a tool; allow runs it, deny does not.
 func TestApprovalsAllowAndDeny(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	// The tool's files go to a directory of the test's, or contained
+	// (where no such directory is visible) to the sandbox's own.
+	var dirOf atomic.Pointer[string]
 	b := setup(t, func(r *anthropicfake.Request) anthropicfake.Reply {
+		dir := *dirOf.Load()
 		last := r.Messages[len(r.Messages)-1]
 		if strings.Contains(string(last.Content), "tool_result") {
 			res := r.ToolResults()
@@ -182,7 +194,13 @@ func TestApprovalsAllowAndDeny(t *testing.T) {
 		return anthropicfake.Reply{Blocks: []anthropicfake.Block{anthropicfake.ToolUse("Bash", map[string]any{
 			"command": "touch " + dir + "/" + name + " && echo made-" + name, "description": "make a file"})}}
 	})
-	s := b.start(t, b.sandbox(t), &protocol.Job{ID: "s3", Session: &protocol.Session{Approvals: protocol.ApprovalsRemote}}, "")
+	sb := b.sandbox(t)
+	dir := t.TempDir()
+	if contained(t) {
+		dir = sb.(sandbox.HostWorkDir).HostWorkDir()
+	}
+	dirOf.Store(&dir)
+	s := b.start(t, sb, &protocol.Job{ID: "s3", Session: &protocol.Session{Approvals: protocol.ApprovalsRemote}}, "")
 
 	for _, allow := range []bool{true, false} {
 		name := "denied"

@@ -26,6 +26,10 @@ type gitCall struct {
 	authKey, authValue string
 	// stdout receives the output; nil keeps it in gitResult.stdout.
 	stdout io.Writer
+	// network marks a step that talks to the remote: it runs on the
+	// worker's side when the sandbox's directory is on this machine
+	// (hostgit.go).
+	network bool
 }
 
 type gitResult struct {
@@ -84,6 +88,9 @@ func (w *Workspaces) gitEnv() map[string]string {
 // for a command that could not be run (sandbox trouble); a git failure is a
 // non-zero code with git's stderr.
 func (w *Workspaces) git(ctx context.Context, sb sandbox.Sandbox, c gitCall) (gitResult, error) {
+	if dir, ok := onHost(sb, c); ok {
+		return w.hostGit(ctx, dir, c)
+	}
 	argv := append([]string{"git"}, hardening...)
 	argv = append(argv, c.args...)
 	var stdin []byte

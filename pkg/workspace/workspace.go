@@ -142,7 +142,7 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 		args = append(args, "--depth", strconv.Itoa(d))
 	}
 	args = append(args, "origin", ref)
-	call := gitCall{step: "fetch", args: args}
+	call := gitCall{step: "fetch", args: args, network: true}
 	var err error
 	if call.authKey, call.authValue, err = w.auth(sb, ws.Repo); err != nil {
 		return fail(true, err.Error())
@@ -298,7 +298,9 @@ func (w *Workspaces) Restore(ctx context.Context, sb sandbox.Sandbox, base Base)
 		if d := spec.Workspace.CloneDepth(); d > 0 {
 			args = append(args, "--depth", strconv.Itoa(d))
 		}
-		call := gitCall{step: "fetchstart", args: append(args, "origin", start)}
+		// The job's own URL, not the checkout's "origin": this fetch may
+		// run on the worker's side (hostgit.go).
+		call := gitCall{step: "fetchstart", args: append(args, spec.Workspace.Repo, start), network: true}
 		if call.authKey, call.authValue, err = w.auth(sb, spec.Workspace.Repo); err != nil {
 			return base, false, fmt.Errorf("workspace: restore: %w", err)
 		}
