@@ -87,11 +87,7 @@ func (w *Worker) spawnWarm(ctx context.Context, p warm.Profile) (warm.Spawned, e
 			w.cfg.Gateway.Revoke(token)
 		}
 	}
-	spec, err := w.warmNetwork(provider, sandbox.Spec{ID: "warm-" + randomHex(8)}, env)
-	if err != nil {
-		revoke()
-		return warm.Spawned{}, err
-	}
+	spec := w.warmNetwork(provider, sandbox.Spec{ID: "warm-" + randomHex(8)}, env)
 	sb, err := provider.Create(ctx, spec)
 	if err != nil {
 		revoke()
@@ -235,22 +231,22 @@ func (a adopted) Stdout() io.Reader { return a.out }
 // (the only one warm agents are taken for, see takeWarm), with the model
 // forward, and points env's ANTHROPIC_BASE_URL (the gateway's, when set)
 // at the forward when the sandbox is contained.
-func (w *Worker) warmNetwork(provider sandbox.Provider, spec sandbox.Spec, env map[string]string) (sandbox.Spec, error) { //nolint:unparam // an error is the contract of a spawn step
+func (w *Worker) warmNetwork(provider sandbox.Provider, spec sandbox.Spec, env map[string]string) sandbox.Spec {
 	n := &sandbox.Network{Policy: w.cfg.Network.Default}
 	spec.Network = n
 	model := cmp.Or(env[envBaseURL], w.cfg.Network.ModelURL)
 	if model == "" {
-		return spec, nil
+		return spec
 	}
 	cp, ok := provider.(containedProvider)
 	base, err := agentBaseURL(model, n, ok && cp.Contained())
 	if err != nil {
-		return spec, nil // as a cold agent: it keeps the URL it has
+		return spec // as a cold agent: it keeps the URL it has
 	}
 	if env[envBaseURL] != "" {
 		env[envBaseURL] = base
 	} else {
 		spec.Env = map[string]string{envBaseURL: base} // as withNetwork does for a cold agent
 	}
-	return spec, nil
+	return spec
 }
