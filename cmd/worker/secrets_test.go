@@ -64,7 +64,10 @@ func TestAgentCannotFindTheWorkersModelKey(t *testing.T) {
 	key := "sk-ant-api03-" + strings.Repeat("hUnT", 20) + "-model-key-in-env"
 	oauth := "sk-ant-oat01-" + strings.Repeat("oAtH", 20) + "-oauth-in-env"
 	p := fleettest.StartCommandEnv(t, []string{"ANTHROPIC_API_KEY=" + key, "CLAUDE_CODE_OAUTH_TOKEN=" + oauth, "ANTHROPIC_AUTH_TOKEN=" + oauth},
-		workerArgs(t, "--nats-url", f.Srv.ClientURL(), "--slots", "1", "--log-level", "info", "--model-upstream", "http://127.0.0.1:9")...)
+		// --isolation none: a contained agent cannot see the worker's /proc
+		// at all (pkg/sandbox's escape tests); this hunts where it can.
+		workerArgs(t, "--nats-url", f.Srv.ClientURL(), "--slots", "1", "--log-level", "info", "--model-upstream", "http://127.0.0.1:9",
+			"--isolation", "none")...)
 	l := p.Expect(t, "model gateway started")
 	require.NotContains(t, l, "hUnT")
 	p.Expect(t, "pulling jobs")
