@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/httpapi"
 )
 
@@ -71,6 +72,12 @@ func TestTenantIsolation(t *testing.T) {
 	requireErr(t, e.do(http.MethodPost, "/v1/queries/a1/end", "tok-b", "", nil), http.StatusNotFound, "not_found")
 	requireErr(t, e.do(http.MethodPost, "/v1/queries/a1/approvals/r1", "tok-b", js, []byte(`{"allow":true}`)), http.StatusNotFound, "not_found")
 	requireErr(t, e.do(http.MethodGet, "/v1/queries?tenant=a", "tok-b", "", nil), http.StatusForbidden, "forbidden")
+	// The list is served from the status index, which the dispatcher
+	// writes in batches: wait for both records, then each tenant sees its
+	// own alone.
+	fleettest.Eventually(t, wait, func() bool {
+		return len(listAll(t, e, "op-secret", "", 10)) == 2
+	}, "both queries indexed")
 	require.Equal(t, []string{"b/b1"}, ids(listAll(t, e, "tok-b", "", 10)))
 	require.Equal(t, []string{"a/a1"}, ids(listAll(t, e, "tok-a", "", 10)))
 	ev := getStatus(t, e, "tok-a", "/v1/queries/a1")
