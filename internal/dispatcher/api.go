@@ -53,6 +53,7 @@ func (h *api) submit(ctx context.Context, job *protocol.Job) protocol.SubmitRepl
 		ev := protocol.StatusEvent{V: protocol.SchemaVersion, ID: job.ID, Tenant: job.Tenant, State: protocol.StateQueued,
 			JobSeq: ack.Sequence, At: time.Now().UTC(), Metadata: job.Metadata}
 		ev.Session = job.Session != nil
+		ev.Prompt = protocol.PromptPreview(job.Prompt)
 		if err := h.publishJSON(ctx, n.QueryStatus(job.Tenant, job.ID), ev, ""); err != nil {
 			h.log.Warn().Err(err).Str("query_id", job.ID).Msg("publishing the queued status")
 		}

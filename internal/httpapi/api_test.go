@@ -197,9 +197,13 @@ func TestAPI(t *testing.T) {
 		require.Equal(t, replay(t, e, "default", "m1"), got, "in the stream's order")
 	})
 
-	t.Run("search by id and metadata", func(t *testing.T) {
+	t.Run("search by id, prompt and metadata", func(t *testing.T) {
 		submit(t, e, "", `{"id":"find-me-7","prompt":"hi","metadata":{"ci":"Run-42"}}`)
 		submit(t, e, "", `{"id":"other-8","prompt":"hi","metadata":{"ci":"run-43"}}`)
+		submit(t, e, "", `{"id":"by-text-9","prompt":"Please refactor the Billing module"}`)
+		fleettest.Eventually(t, wait, func() bool {
+			return slices.Equal([]string{"default/by-text-9"}, ids(listAll(t, e, "", "&q=billing+MODULE", 1)))
+		}, "prompt text found, case-insensitive, after its run ended")
 		fleettest.Eventually(t, wait, func() bool {
 			return slices.Equal([]string{"default/find-me-7"}, ids(listAll(t, e, "", "&q=RUN-42", 1)))
 		}, "metadata value found, case-insensitive")

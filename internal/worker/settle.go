@@ -110,6 +110,7 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	ev.ID, ev.Tenant, ev.Attempt, ev.Metadata, ev.JobSeq = q.job.ID, q.job.Tenant, q.attempt, q.job.Metadata, q.jobSeq
 	ev.Worker = q.w.cfg.ID
 	ev.Session = q.job.Session != nil
+	ev.Prompt = protocol.PromptPreview(q.job.Prompt)
 	if ev.State == protocol.StateRunning {
 		warm := q.warm != nil
 		ev.Warm = &warm

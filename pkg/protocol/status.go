@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // State is a query's lifecycle state.
@@ -106,6 +107,26 @@ type StatusEvent struct {
 	// Warm is set on "running" (SPEC 15): whether the run took a warm
 	// agent (true) or started its agent cold (false).
 	Warm *bool `json:"warm,omitempty" msgpack:"warm,omitempty"`
+	// Prompt is the start of the job's prompt (PromptPreview), on the
+	// statuses the dispatcher's API and the workers publish, so that a
+	// list shows what a query was asked and search finds it by its text.
+	Prompt string `json:"prompt,omitempty" msgpack:"prompt,omitempty"`
+}
+
+// PromptPreviewBytes bounds StatusEvent.Prompt.
+const PromptPreviewBytes = 200
+
+// PromptPreview is the start of prompt, at most PromptPreviewBytes, cut at
+// a rune boundary, with "…" when cut.
+func PromptPreview(prompt string) string {
+	if len(prompt) <= PromptPreviewBytes {
+		return prompt
+	}
+	cut := PromptPreviewBytes
+	for cut > 0 && !utf8.RuneStart(prompt[cut]) {
+		cut--
+	}
+	return prompt[:cut] + "…"
 }
 
 // SchemaVersion is the V of every envelope this code writes.

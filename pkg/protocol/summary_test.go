@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +106,14 @@ func TestSummaryEncodersKeepEveryField(t *testing.T) {
 			require.Contains(t, got, name, "%T drops %s: add it to its MarshalJSON", v, name)
 		}
 	}
+}
+
+func TestPromptPreviewCutsAtARuneBoundary(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "short", PromptPreview("short"))
+	long := strings.Repeat("é", PromptPreviewBytes) // two bytes each
+	p := PromptPreview(long)
+	require.True(t, utf8.ValidString(p), p)
+	require.True(t, strings.HasSuffix(p, "…"))
+	require.LessOrEqual(t, len(p), PromptPreviewBytes+len("…"))
 }
