@@ -104,7 +104,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
 		Checkpoints: p.objects, Gateway: p.gw, TenantBudget: worker.TenantBudgets(js, p.names, log),
 		EnvCache: envs, Warm: o.warm,
-		Network: o.contain.networkConfig(o.agentEnv, p.gw, log),
+		Network: o.contain.networkConfig(o.agentEnv, p.gw, log), LimitsMax: o.contain.limitsMax,
 	})
 	if err != nil {
 		return nil, failed(2, "worker", err)
@@ -158,7 +158,8 @@ func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, 
 	providers := map[string]sandbox.Provider{}
 	absDir, _ := filepath.Abs(o.sbDir)
 	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
-		Isolation: o.contain.isolation, AgentUID: o.contain.agentUID})
+		Isolation: o.contain.isolation, AgentUID: o.contain.agentUID,
+		DefaultLimits: o.contain.limitsDefault, MaxLimits: o.contain.limitsMax})
 	if err != nil {
 		return nil, failed(1, "local sandbox", err)
 	}

@@ -25,6 +25,11 @@ type containOptions struct {
 	netDefault, netMax string
 	defaultNet         egress.Policy
 	maxNet             egress.Mode
+	// Limits of a contained run (SPEC 14): defaults and maximums.
+	memMB, memMaxMB          int64
+	pids, pidsMax            int
+	cpuWeight, cpuWeightMax  int
+	limitsDefault, limitsMax sandbox.Limits
 }
 
 func addContainFlags(fs *pflag.FlagSet, c *containOptions) {
@@ -32,6 +37,12 @@ func addContainFlags(fs *pflag.FlagSet, c *containOptions) {
 	fs.IntVar(&c.agentUID, "agent-uid", sandbox.DefaultAgentUID, "uid of a contained agent; never 0 (env FLEET_AGENT_UID)")
 	fs.StringVar(&c.netDefault, "network-default", "none", `network of a job that names none: none, open or {"allow":[…]} (env FLEET_NETWORK_DEFAULT)`)
 	fs.StringVar(&c.netMax, "network-max", "allow", "the most network a job may ask for: none, allow or open (env FLEET_NETWORK_MAX)")
+	fs.Int64Var(&c.memMB, "limit-memory-mb", 0, "a contained run's memory.max in MiB when its job's limits name none; 0 = none (env FLEET_LIMIT_MEMORY_MB)")
+	fs.Int64Var(&c.memMaxMB, "limit-memory-mb-max", 0, "the most memory (MiB) a job's limits may ask; 0 = no maximum (env FLEET_LIMIT_MEMORY_MB_MAX)")
+	fs.IntVar(&c.pids, "limit-pids", 0, "a contained run's pids.max when its job's limits name none; 0 = none (env FLEET_LIMIT_PIDS)")
+	fs.IntVar(&c.pidsMax, "limit-pids-max", 0, "the most processes a job's limits may ask; 0 = no maximum (env FLEET_LIMIT_PIDS_MAX)")
+	fs.IntVar(&c.cpuWeight, "limit-cpu-weight", 0, "a contained run's cpu.weight (1-10000) when its job's limits name none; 0 = the kernel's (env FLEET_LIMIT_CPU_WEIGHT)")
+	fs.IntVar(&c.cpuWeightMax, "limit-cpu-weight-max", 0, "the highest cpu.weight a job's limits may ask; 0 = no maximum (env FLEET_LIMIT_CPU_WEIGHT_MAX)")
 }
 
 // check parses and checks the flags and settles the isolation: unset, the
@@ -50,6 +61,14 @@ func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
 	}
 	if err := c.defaultNet.CheckMax(c.maxNet); err != nil {
 		return 2, fmt.Errorf("--network-default is above --network-max: %w", err)
+	}
+	if c.memMB < 0 || c.memMaxMB < 0 || c.pids < 0 || c.pidsMax < 0 || c.cpuWeight < 0 || c.cpuWeightMax < 0 {
+		return 2, fmt.Errorf("--limit-* must not be negative")
+	}
+	c.limitsDefault = sandbox.Limits{MemoryBytes: c.memMB << 20, Pids: c.pids, CPUWeight: c.cpuWeight}
+	c.limitsMax = sandbox.Limits{MemoryBytes: c.memMaxMB << 20, Pids: c.pidsMax, CPUWeight: c.cpuWeightMax}
+	if err := c.limitsDefault.Within(c.limitsMax); err != nil {
+		return 2, fmt.Errorf("--limit-* defaults are above their maximums: %w", err)
 	}
 	switch c.isolation {
 	case "":

@@ -36,6 +36,9 @@ func TestWorkerRefusesBadContainFlags(t *testing.T) {
 		{[]string{"--network-default", "sometimes"}, "--network-default: network: invalid value"},
 		{[]string{"--network-max", "all"}, "--network-max:"},
 		{[]string{"--network-default", "open", "--network-max", "allow"}, "--network-default is above --network-max"},
+		{[]string{"--limit-pids", "-1"}, "--limit-* must not be negative"},
+		{[]string{"--limit-memory-mb", "2048", "--limit-memory-mb-max", "1024"}, "--limit-* defaults are above their maximums"},
+		{[]string{"--limit-cpu-weight", "20000"}, "above 10000"},
 	} {
 		code, _, errOut := fleettest.StartCommand(t, workerArgs(t, append(tc.args, "--nats-url", "nats://127.0.0.1:1")...)...).Wait(t)
 		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)

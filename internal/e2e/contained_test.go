@@ -251,3 +251,43 @@ func TestContainedWorkspaceRealClaudeCode(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(diff), "+written by claude")
 }
+
+// TestLimitsAboveMaxFailAtOnce: a job whose limits ask more than the
+// worker's maximums fails with limits_not_allowed before any agent starts;
+// bad limits are bad input; limits within the maximums run.
+func TestLimitsAboveMaxFailAtOnce(t *testing.T) {
+	t.Parallel()
+	local, _ := containedLocal(t, nil)
+	f := fleettest.New(t, fleettest.Opts{})
+	started := make(chan string, 4)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Providers[protocol.SandboxLocal] = local
+		c.LimitsMax = sandbox.Limits{MemoryBytes: 512 << 20, Pids: 256}
+		c.Test.RunStarted = func(_, id string, _ int) { started <- id }
+	}}).W)
+	publish := func(id string, l *protocol.Limits) {
+		b, err := json.Marshal(protocol.Job{ID: id, Prompt: "hello", Limits: l})
+		require.NoError(t, err)
+		f.PublishJob("default", b, nil)
+	}
+	publish("lim-over", &protocol.Limits{MemoryMB: 1024})
+	r := f.Follow("default", "lim-over", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Equal(t, protocol.CodeLimitsNotAllowed, r.Final.Error.Code)
+	require.Contains(t, r.Final.Error.Message, "above this worker's maximum")
+	require.Empty(t, r.Lines)
+	select {
+	case id := <-started:
+		t.Fatalf("an agent started for %s", id)
+	default:
+	}
+	publish("lim-bad", &protocol.Limits{CPUWeight: 20000})
+	r = f.Follow("default", "lim-bad", wait)
+	require.Equal(t, protocol.StateFailed, r.Final.State)
+	require.Equal(t, protocol.CodeInvalidJob, r.Final.Error.Code)
+	require.Contains(t, r.Final.Error.Message, "limits.cpu_weight")
+
+	publish("lim-ok", &protocol.Limits{MemoryMB: 256, Pids: 128})
+	r = f.Follow("default", "lim-ok", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State, "%+v", r.Final.Error)
+}

@@ -131,6 +131,11 @@ type Config struct {
 	Checkpoints storage.Store
 	// Network is what jobs' agents may reach (SPEC 14; network.go).
 	Network NetworkConfig
+	// LimitsMax are the most a job may ask in its limits (--limit-*-max);
+	// a job asking more fails with limits_not_allowed before any process
+	// starts. Zero fields: no maximum. The local provider's LocalConfig
+	// holds the same maximums and the defaults (--limit-*).
+	LimitsMax sandbox.Limits
 	// Test hooks.
 	Test TestConfig
 }

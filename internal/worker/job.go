@@ -67,6 +67,9 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	if err == nil {
 		_, err = w.jobNetwork(job)
 	}
+	if err == nil {
+		_, err = w.jobLimits(job)
+	}
 	if err != nil {
 		w.reject(msg, job, tenant, attempt, err)
 		return
@@ -190,7 +193,7 @@ func (q *query) run(provider sandbox.Provider) {
 
 	// The sandbox is made while the claim is in flight: nobody else sees
 	// it, and the agent starts in it only once the claim is stored.
-	box := q.newRunBox(provider, q.withNetwork(provider, sandboxSpec(q.job, msgSeqOf(q.msg), q.attempt)))
+	box := q.newRunBox(provider, q.withLimits(q.withNetwork(provider, sandboxSpec(q.job, msgSeqOf(q.msg), q.attempt))))
 	// Claim the query (package fence): the first status of this attempt is
 	// a compare-and-set on the query's last status, and from then on no
 	// older attempt can store a line or a status. Bounded, so a worker that

@@ -68,6 +68,10 @@ func rejectCode(cause error) string {
 	if errors.As(cause, &na) || errors.As(cause, &ne) {
 		return egress.Code
 	}
+	var nl errLimitsNotAllowed
+	if errors.As(cause, &nl) {
+		return protocol.CodeLimitsNotAllowed
+	}
 	return protocol.CodeInvalidJob
 }
 

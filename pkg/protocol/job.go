@@ -1,6 +1,9 @@
 package protocol
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // MaxPromptBytes is the largest prompt a job may carry (256 KiB).
 const MaxPromptBytes = 256 << 10
@@ -40,6 +43,40 @@ type Job struct {
 	// Network is what the agent may reach (SPEC 14): "none", "open" or
 	// {"allow":[…]}, raw JSON; decoded by the worker (egress.ForJob).
 	Network json.RawMessage `json:"network,omitempty" msgpack:"network,omitempty"`
+
+	// Limits are the run's cgroup v2 limits in a contained sandbox (SPEC
+	// 14); absent fields take the worker's defaults, and a job asking
+	// above the worker's maximums fails at once (limits_not_allowed).
+	Limits *Limits `json:"limits,omitempty" msgpack:"limits,omitempty"`
+}
+
+// Limits are a job's resource limits (Job.Limits). Zero means the worker's
+// default.
+type Limits struct {
+	// MemoryMB is the run's memory.max, in MiB.
+	MemoryMB int64 `json:"memory_mb,omitempty" msgpack:"memory_mb,omitempty"`
+	// Pids is the run's pids.max: processes and threads at once.
+	Pids int `json:"pids,omitempty" msgpack:"pids,omitempty"`
+	// CPUWeight is the run's cpu.weight, 1 to 10000 (100 is an even share).
+	CPUWeight int `json:"cpu_weight,omitempty" msgpack:"cpu_weight,omitempty"`
+}
+
+// CodeLimitsNotAllowed fails a job whose limits are above the worker's
+// maximums, before any process starts.
+const CodeLimitsNotAllowed = "limits_not_allowed"
+
+func (l *Limits) validate() error {
+	switch {
+	case l == nil:
+		return nil
+	case l.MemoryMB < 0 || l.MemoryMB > 1<<30:
+		return invalid("limits.memory_mb", fmt.Sprintf("must be between 0 and %d, got %d", 1<<30, l.MemoryMB))
+	case l.Pids < 0 || l.Pids > 1<<22:
+		return invalid("limits.pids", fmt.Sprintf("must be between 0 and %d, got %d", 1<<22, l.Pids))
+	case l.CPUWeight < 0 || l.CPUWeight > 10000:
+		return invalid("limits.cpu_weight", fmt.Sprintf("must be between 1 and 10000 (0: the worker's default), got %d", l.CPUWeight))
+	}
+	return nil
 }
 
 // Options tune one agent run. Every field is optional; nil pointers mean "not set".

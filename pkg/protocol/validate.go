@@ -91,6 +91,9 @@ func (j *Job) Validate(subjectTenant string, requireID bool) error {
 	if err := validateSetup(j.Setup); err != nil {
 		return err
 	}
+	if err := j.Limits.validate(); err != nil {
+		return err
+	}
 	if err := j.Session.validate(); err != nil {
 		return err
 	}

@@ -70,6 +70,15 @@ func TestContainedRejectsBadNetworkAndLimits(t *testing.T) {
 		Limits: sandbox.Limits{MemoryBytes: 2 << 30}})
 	require.ErrorIs(t, err, sandbox.ErrInvalid)
 	require.ErrorContains(t, err, "above this worker's maximum")
+	// Spec.Limits are every process's that names none: a sandbox made
+	// with limits above the maximum refuses its processes too.
+	over, err := b.local.Create(testCtx(t), sandbox.Spec{ID: "over", Limits: sandbox.Limits{MemoryBytes: 2 << 30}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = over.Destroy(context.Background()) })
+	_, err = over.Start(testCtx(t), sandbox.ProcSpec{ID: "c", Argv: sandboxtest.ChildArgv("echo x")})
+	require.ErrorContains(t, err, "above this worker's maximum", "the sandbox's limits applied")
+	require.Error(t, sandbox.Limits{MemoryBytes: 2 << 30}.Within(sandbox.Limits{MemoryBytes: 1 << 30}))
+	require.NoError(t, sandbox.Limits{MemoryBytes: 1 << 20}.Within(sandbox.Limits{MemoryBytes: 1 << 30}))
 }
 
 // TestContainedAgentOwnsWhatTheWorkerWrites: files the worker puts into a

@@ -39,6 +39,14 @@ type Limits struct {
 	CPUWeight int
 }
 
+// Within checks limits a job asks for against a provider's maximums (a
+// zero field of max is no maximum): the worker refuses a job asking more
+// before any process starts. Errors wrap ErrInvalid and name the limit.
+func (l Limits) Within(max Limits) error {
+	_, err := l.resolve(Limits{}, max)
+	return err
+}
+
 // resolve fills zero fields from def and checks them against max (a zero
 // field of max is no maximum).
 func (l Limits) resolve(def, max Limits) (Limits, error) {

@@ -293,6 +293,7 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		tmp:       filepath.Join(dir, localTmpDir),
 		env:       maps.Clone(spec.Env),
 		net:       spec.Network,
+		limits:    spec.Limits,
 		procs:     make(map[string]*localProcess),
 		log:       l.log.With().Str("sandbox", spec.ID).Logger(),
 	}

@@ -36,6 +36,7 @@ type localSandbox struct {
 	mu         sync.Mutex
 	env        map[string]string        // Spec.Env
 	net        *Network                 // Spec.Network
+	limits     Limits                   // Spec.Limits
 	procs      map[string]*localProcess // every process started
 	destroyed  bool                     // a Destroy succeeded
 	destroying chan struct{}            // closed when the Destroy in progress ends
@@ -55,6 +56,7 @@ func (s *localSandbox) setSpecIfOpen(spec Spec) bool {
 	}
 	s.env = maps.Clone(spec.Env)
 	s.net = spec.Network
+	s.limits = spec.Limits
 	return true
 }
 
@@ -96,9 +98,14 @@ func (s *localSandbox) start(ctx context.Context, spec ProcSpec, interactive boo
 	if err := checkEnv(spec.Env); err != nil {
 		return nil, fmt.Errorf("%s: ProcSpec.Env: %w", op, err)
 	}
-	if spec.Network == nil {
+	if spec.Network == nil || spec.Limits == (Limits{}) {
 		s.mu.Lock()
-		spec.Network = s.net
+		if spec.Network == nil {
+			spec.Network = s.net
+		}
+		if spec.Limits == (Limits{}) {
+			spec.Limits = s.limits
+		}
 		s.mu.Unlock()
 	}
 	if err := spec.Network.check(); err != nil {

@@ -28,6 +28,9 @@ type Spec struct {
 	// Network is the Network of every process of the sandbox whose
 	// ProcSpec.Network is nil (the worker decides it once per job).
 	Network *Network
+	// Limits are the Limits of every process of the sandbox whose
+	// ProcSpec.Limits is zero (the job's, decided once per job).
+	Limits Limits
 }
 
 // Sandbox is one isolated place to run processes and keep files.
