@@ -68,7 +68,7 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 		_, err = w.jobNetwork(job)
 	}
 	if err == nil {
-		_, err = w.jobLimits(job)
+		_, err = jobLimits(job, w.cfg.LimitsMax)
 	}
 	if err != nil {
 		w.reject(msg, job, tenant, attempt, err)

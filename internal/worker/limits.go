@@ -22,14 +22,14 @@ func (e errLimitsNotAllowed) Error() string {
 func (e errLimitsNotAllowed) Unwrap() error { return e.err }
 
 // jobLimits is what job asks, as the sandbox's limits; an error when it is
-// above the worker's maximums (Config.LimitsMax).
-func (w *Worker) jobLimits(job *protocol.Job) (sandbox.Limits, error) {
+// above max (Config.LimitsMax).
+func jobLimits(job *protocol.Job, max sandbox.Limits) (sandbox.Limits, error) {
 	l := job.Limits
 	if l == nil {
 		return sandbox.Limits{}, nil
 	}
 	asked := sandbox.Limits{MemoryBytes: l.MemoryMB << 20, Pids: l.Pids, CPUWeight: l.CPUWeight}
-	if err := asked.Within(w.cfg.LimitsMax); err != nil {
+	if err := asked.Within(max); err != nil {
 		return sandbox.Limits{}, errLimitsNotAllowed{err}
 	}
 	return asked, nil
@@ -38,7 +38,7 @@ func (w *Worker) jobLimits(job *protocol.Job) (sandbox.Limits, error) {
 // withLimits gives the attempt's sandbox the job's limits (checked when the
 // job was taken).
 func (q *query) withLimits(spec sandbox.Spec) sandbox.Spec {
-	l, err := q.w.jobLimits(q.job)
+	l, err := jobLimits(q.job, q.w.cfg.LimitsMax)
 	if err != nil {
 		q.log.Error().Err(err).Msg("the job's limits, accepted when it was taken, are refused now")
 		return spec
