@@ -122,9 +122,10 @@ func (q *query) takeWarm() *warm.Agent {
 		// A session's later attempt may restore its checkpoint.
 		return nil
 	}
-	if p, err := q.w.jobNetwork(q.job); err != nil || p.String() != q.w.cfg.Network.Default.String() {
-		// Warm agents are spawned with the worker's default network.
-		q.log.Debug().Msg("starting cold: the job's network is not the warm agents'")
+	if p, err := q.w.jobNetwork(q.job); err != nil || p.String() != q.w.cfg.Network.Default.String() || q.job.Limits != nil {
+		// Warm agents are spawned with the worker's default network and
+		// limits.
+		q.log.Debug().Msg("starting cold: the job's network or limits are not the warm agents'")
 		return nil
 	}
 	p, cold := warm.ProfileOf(q.job, warm.Placement{Sandbox: cmp.Or(q.job.Sandbox, q.w.cfg.DefaultSandbox)})
