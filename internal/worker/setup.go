@@ -10,12 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -202,33 +198,7 @@ func (t *tailLines) tail() string {
 // another uid (package sandbox gives it its directories, and chowns what
 // its WriteFile writes; this follows its lead). Nothing changes when the
 // worker is not root or the directory is the worker's.
-func giveToAgent(workdir string) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	fi, err := os.Stat(workdir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || int(st.Uid) == os.Geteuid() {
-		return nil
-	}
-	uid, gid := int(st.Uid), int(st.Gid)
-	return filepath.WalkDir(workdir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if s, ok := info.Sys().(*syscall.Stat_t); ok && (int(s.Uid) != uid || int(s.Gid) != gid) {
-			return os.Lchown(p, uid, gid)
-		}
-		return nil
-	})
-}
+func giveToAgent(workdir string) error { return workspace.ChownLike(workdir, workdir) }
 
 // logRepoCache says how the repository cache served a checkout (SPEC 15);
 // "running" carries the same (workspace.cache, workspace.cache_cold). A

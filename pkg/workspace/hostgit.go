@@ -58,7 +58,7 @@ func (w *Workspaces) hostGit(ctx context.Context, dir string, c gitCall) (gitRes
 	if err != nil && !errors.As(err, &exit) {
 		return gitResult{}, err
 	}
-	if err := chownLike(filepath.Join(dir, ".git"), dir); err != nil {
+	if err := ChownLike(filepath.Join(dir, ".git"), dir); err != nil {
 		return gitResult{}, err
 	}
 	msg := strings.TrimSpace(stderr.String())
@@ -100,10 +100,11 @@ func onHost(sb sandbox.Sandbox, c gitCall) (string, bool) {
 	return hd.HostWorkDir(), true
 }
 
-// chownLike gives everything under root not owned by ref's owner to it.
-// Nothing to do for a worker that is not root (it cannot, and its sandbox
-// files are its own).
-func chownLike(root, ref string) error {
+// ChownLike gives everything under root not owned by ref's owner to it:
+// what the worker writes into a contained sandbox's checkout (its git, a
+// restored setup environment) becomes the agent uid's. Nothing to do for a
+// worker that is not root (it cannot, and its sandbox files are its own).
+func ChownLike(root, ref string) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
