@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
 // DefaultUpstream is the Anthropic API, the default --model-upstream.
@@ -97,18 +99,7 @@ func (f PublisherFunc) PublishModel(run RunInfo, ev Event) { f(run, ev) }
 
 // Event is the JSON object published on fleet.query.<tenant>.<id>.model for
 // each call (SPEC 13).
-type Event struct {
-	Call                     int     `json:"call"`
-	Attempt                  int     `json:"attempt"`
-	Model                    string  `json:"model"`
-	InputTokens              int64   `json:"input_tokens"`
-	OutputTokens             int64   `json:"output_tokens"`
-	CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
-	CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
-	CostUSD                  float64 `json:"cost_usd"`
-	Status                   int     `json:"status"`
-	MS                       int64   `json:"ms"`
-}
+type Event = protocol.ModelEvent
 
 // RunInfo describes the run a token is for.
 type RunInfo struct {

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
 // ModelMetered is an optional ability of a Sandbox whose model calls leave
@@ -46,18 +48,7 @@ type ModelRun struct {
 }
 
 // ModelCall is one metered call, with the JSON of a .model event (SPEC 13).
-type ModelCall struct {
-	Call                     int     `json:"call"`
-	Attempt                  int     `json:"attempt"`
-	Model                    string  `json:"model"`
-	InputTokens              int64   `json:"input_tokens"`
-	OutputTokens             int64   `json:"output_tokens"`
-	CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
-	CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
-	CostUSD                  float64 `json:"cost_usd"`
-	Status                   int     `json:"status"`
-	MS                       int64   `json:"ms"`
-}
+type ModelCall = protocol.ModelEvent
 
 // ModelReport is a model run's state as the egress reports it.
 type ModelReport struct {
