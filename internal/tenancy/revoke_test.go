@@ -50,7 +50,7 @@ func TestRevokeOnRunningServer(t *testing.T) {
 	select {
 	case <-closed:
 		require.Less(t, time.Since(start), 5*time.Second)
-		_ = <-why
+		<-why //nolint:errcheck // the reason is in aErrs, checked below
 		require.ErrorIs(t, <-aErrs, nats.ErrAuthRevoked)
 	case <-time.After(5 * time.Second):
 		t.Fatal("a's connection was not closed within 5 s of the revocation")

@@ -166,7 +166,7 @@ func (m *bridgeMeteredMode) take(rep sandbox.ModelReport) {
 	pub := gateway.JetStreamPublisher{JS: q.w.js, Names: q.w.names, Logger: &q.log}
 	info := gateway.RunInfo{Tenant: q.job.Tenant, QueryID: q.job.ID, Attempt: q.attempt}
 	for _, c := range rep.Calls {
-		pub.PublishModel(info, gateway.Event(c))
+		pub.PublishModel(info, c)
 	}
 	m.mu.Lock()
 	m.cursor = rep.Next

@@ -62,7 +62,7 @@ func RunSetup(ctx context.Context, sb sandbox.Sandbox, dir, script string, line 
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = proc.Stop(stopCtx, 5*time.Second)
 		cancel()
-		_ = <-read // the reader ends with the process; the hang is the error
+		<-read //nolint:errcheck // the reader ends with the process; the hang is the error
 		return &SetupError{Code: -1, Cause: context.Cause(ctx)}
 	}
 	st, werr := proc.Wait(context.WithoutCancel(ctx))
