@@ -90,6 +90,16 @@ func (r *Reader) Lines(ctx context.Context, tenant, id string) (lines []storage.
 	var from uint64
 	for {
 		more, last, err := r.page(ctx, subj, from, batch, add)
+		if err != nil && r.js != nil && errors.Is(err, nats.ErrNoResponders) {
+			// No replica answers direct gets yet (an R3 stream's replicas
+			// answer once they are current, which on a busy cluster can
+			// take minutes): the consumer reads from the stream's leader.
+			if cerr := r.consume(ctx, subj, from, add); cerr == nil {
+				return lines, complete, nil
+			} else if !errors.Is(cerr, errNoConsumer) {
+				return nil, false, cerr
+			}
+		}
 		if err != nil {
 			return nil, false, err
 		}
