@@ -264,11 +264,7 @@ func (a *API) input(w http.ResponseWriter, r *http.Request, p Principal) {
 	if !ok {
 		return
 	}
-	b, err := readBody(r)
-	var in InputBody
-	if err == nil {
-		in, err = decodeInput(b)
-	}
+	in, err := decodeBody(r, decodeInput)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
@@ -298,11 +294,7 @@ func (a *API) approve(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "request_id: must be 1 to 256 bytes")
 		return
 	}
-	b, err := readBody(r)
-	var ab ApprovalBody
-	if err == nil {
-		ab, err = decodeApproval(b)
-	}
+	ab, err := decodeBody(r, decodeApproval)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
@@ -333,4 +325,14 @@ func (a *API) diff(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write(b)
+}
+
+// decodeBody reads r's body and decodes it with decode.
+func decodeBody[T any](r *http.Request, decode func([]byte) (T, error)) (T, error) {
+	b, err := readBody(r)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return decode(b)
 }
