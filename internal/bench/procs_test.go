@@ -152,7 +152,11 @@ var client = &http.Client{Timeout: 5 * time.Second}
 
 // startWorker starts the worker binary on url with storeURL, slots slots,
 // agent as its agent and its directories and log under dir, and
-// waits until it is ready. With pprof non-nil it also serves profiles, on
+// waits until it is ready. Its agents run with --isolation none: the
+// baselines spawn the same program directly, so a contained worker would
+// be measured against less work (bwrap's namespaces cost 6–18 ms per
+// start here; BenchmarkContainedFirstLine in pkg/sandbox measures that
+// beside a plain spawn). With pprof non-nil it also serves profiles, on
 // the address it sets *pprof to.
 func startWorker(t testing.TB, bin, agent, dir, url, storeURL string, slots int, pprof *string) *proc {
 	var httpAddr string
@@ -160,7 +164,8 @@ func startWorker(t testing.TB, bin, agent, dir, url, storeURL string, slots int,
 		httpAddr = freePort(t)
 		args := []string{"--nats-url", url, "--storage", storeURL,
 			"--journal-dir", filepath.Join(dir, "journal"), "--sandbox-dir", filepath.Join(dir, "sb"),
-			"--agent-cmd", agent, "--slots", strconv.Itoa(slots), "--http", httpAddr}
+			"--agent-cmd", agent, "--slots", strconv.Itoa(slots), "--http", httpAddr,
+			"--isolation", "none"}
 		if pprof != nil {
 			*pprof = freePort(t)
 			args = append(args, "--pprof", *pprof)
