@@ -3,8 +3,11 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -59,53 +62,83 @@ func (q queryDeps) checkSession(ctx context.Context, ref protocol.QueryRef, st *
 // awaiting_approval status naming it) and nobody answered it yet (no
 // approve on .ctl naming it). It reads the query's status and control
 // history from FLEET_QUERIES, where both are kept.
+//
+// A request the history does not name yet is waited for, up to
+// approvalWait: the agent's control_request line on .msg can reach a
+// client before the worker's awaiting_approval status for it (a request
+// queued behind another is announced when the one before it is
+// answered), and a client answering what it saw is not wrong.
 func (q queryDeps) checkApproval(ctx context.Context, ref protocol.QueryRef, requestID string) *protocol.ErrorInfo {
-	asked, answered, err := q.approvals(ctx, ref)
+	asked, answered, err := q.approvals(ctx, ref, requestID)
 	if err != nil {
 		return apiError(protocol.CodeInternal, err.Error())
 	}
 	switch {
-	case answered[requestID]:
+	case answered:
 		return apiError(codeAlreadyAnswered, fmt.Sprintf("permission request %s of %s/%s was already answered", requestID, ref.Tenant, ref.ID))
-	case !asked[requestID]:
+	case !asked:
 		return apiError(codeNoSuchRequest, fmt.Sprintf("%s/%s has no permission request %s", ref.Tenant, ref.ID, requestID))
 	}
 	return nil
 }
 
-// approvals reads the permission requests the query's agent made and those
-// answered so far.
-func (q queryDeps) approvals(ctx context.Context, ref protocol.QueryRef) (asked, answered map[string]bool, err error) {
+// approvalWait bounds how long checkApproval waits for a request the
+// query's history does not name yet.
+const approvalWait = 3 * time.Second
+
+// approvals reads the query's status and control history and says whether
+// its agent asked requestID (an awaiting_approval status naming it) and
+// whether it was answered (an approve on .ctl naming it). When the history
+// read so far names it neither way, it goes on reading what arrives, up to
+// approvalWait.
+func (q queryDeps) approvals(ctx context.Context, ref protocol.QueryRef, requestID string) (asked, answered bool, err error) {
 	statusSubj, ctlSubj := q.names.QueryStatus(ref.Tenant, ref.ID), q.names.QueryCtl(ref.Tenant, ref.ID)
 	cons, err := q.js.OrderedConsumer(ctx, q.names.QueriesStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{statusSubj, ctlSubj},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the query's history: %w", err)
+		return false, false, fmt.Errorf("reading the query's history: %w", err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the query's history: %w", err)
+		return false, false, fmt.Errorf("reading the query's history: %w", err)
 	}
-	asked, answered = map[string]bool{}, map[string]bool{}
-	for n := info.NumPending; n > 0; n-- {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading the query's history: %w", err)
-		}
+	note := func(m jetstream.Msg) {
 		switch m.Subject() {
 		case statusSubj:
 			var ev protocol.StatusEvent
-			if json.Unmarshal(m.Data(), &ev) == nil && ev.State == protocol.StateAwaitingApproval && ev.RequestID != "" {
-				asked[ev.RequestID] = true
+			if json.Unmarshal(m.Data(), &ev) == nil && ev.State == protocol.StateAwaitingApproval && ev.RequestID == requestID {
+				asked = true
 			}
 		case ctlSubj:
 			op, err := protocol.DecodeCtlOp(m.Headers().Get(protocol.HeaderContentType), m.Data())
-			if err == nil && op.Op == protocol.OpApprove {
-				answered[op.RequestID] = true
+			if err == nil && op.Op == protocol.OpApprove && op.RequestID == requestID {
+				answered = true
 			}
 		}
+	}
+	for n := info.NumPending; n > 0; n-- {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return false, false, fmt.Errorf("reading the query's history: %w", err)
+		}
+		note(m)
+	}
+	if asked || answered {
+		return asked, answered, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, approvalWait)
+	defer cancel()
+	for !asked && !answered {
+		m, err := cons.Next(jetstream.FetchContext(wctx))
+		if err != nil {
+			if ctx.Err() == nil && (wctx.Err() != nil || errors.Is(err, nats.ErrTimeout)) {
+				return false, false, nil // not asked within approvalWait
+			}
+			return false, false, fmt.Errorf("reading the query's history: %w", err)
+		}
+		note(m)
 	}
 	return asked, answered, nil
 }

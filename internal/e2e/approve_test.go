@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
@@ -82,4 +85,50 @@ func TestSessionOpsOnAOneShotQueryAreRefusedByTheAPI(t *testing.T) {
 	_, err = stream.GetLastMsgForSubject(ctx, f.Names.QueryCtl("default", "one-shot"))
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "nothing was sent")
 	require.NoError(t, f.NC.Publish(f.Names.QueryCtl("default", "one-shot"), []byte(`{"op":"cancel"}`)))
+}
+
+// An approval of a request whose awaiting_approval status is not stored
+// yet is accepted once the status arrives: the agent's control_request
+// line on .msg can reach a client first (a request queued behind another
+// is announced when the one before is answered, and `dispatcher attach`
+// prompts for it at once), and that client is not wrong. The status here
+// is published by hand, after the dispatcher began reading the query's
+// history, so the check must wait for it.
+func TestAnApprovalSentBeforeItsStatusIsAccepted(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	status := func(ev protocol.StatusEvent) {
+		ev.V, ev.Tenant, ev.ID, ev.At, ev.Session, ev.Worker = 1, "default", "late-1", time.Now(), true, "w-by-hand"
+		data, err := json.Marshal(ev)
+		require.NoError(t, err)
+		_, err = f.JS.Publish(ctx, f.Names.QueryStatus("default", "late-1"), data)
+		require.NoError(t, err)
+	}
+	status(protocol.StatusEvent{State: protocol.StateIdle, Attempt: 1})
+	stream, err := f.JS.Stream(ctx, f.Names.QueriesStream())
+	require.NoError(t, err)
+	consumers := func() int {
+		info, err := stream.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	before := consumers()
+
+	allow := true
+	reply := make(chan protocol.APIReply, 1)
+	go func() {
+		r, err := f.Client.SessionOp(ctx, protocol.OpApprove, protocol.SessionOpRequest{ID: "late-1",
+			SessionOp: protocol.SessionOp{RequestID: "req-late", Allow: &allow}})
+		assert.NoError(t, err)
+		reply <- r
+	}()
+	// The dispatcher reads the history through a consumer of its own: once
+	// it exists, the request is not in what it reads.
+	fleettest.Eventually(t, wait, func() bool { return consumers() > before }, "the dispatcher reading the query's history")
+	status(protocol.StatusEvent{State: protocol.StateAwaitingApproval, Attempt: 1,
+		SessionStatus: protocol.SessionStatus{RequestID: "req-late", ToolName: "Bash"}})
+	r := <-reply
+	require.Nil(t, r.Error, "the approval was refused: %+v", r.Error)
 }
