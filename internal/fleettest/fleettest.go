@@ -7,6 +7,7 @@ package fleettest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -320,12 +321,32 @@ func (f *Fleet) PublishJob(tenant string, body []byte, hdr map[string]string) {
 	require.NoError(f.t, err)
 }
 
-// SubmitJSON publishes {"id","prompt"} directly with Nats-Msg-Id.
+// SubmitJSON publishes {"id","prompt"} directly with Nats-Msg-Id. A publish
+// the stream does not acknowledge (its leader being elected on a cluster)
+// is sent again with the same id, as a producer would: the server's
+// duplicate window keeps it one job. It gives up after a minute.
 func (f *Fleet) SubmitJSON(tenant, id, prompt string) {
 	f.t.Helper()
 	b, err := json.Marshal(protocol.Job{ID: id, Prompt: prompt})
 	require.NoError(f.t, err)
-	f.PublishJob(tenant, b, map[string]string{protocol.HeaderMsgID: id})
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m := nats.NewMsg(f.Names.JobSubject(tenant))
+		m.Data = b
+		m.Header.Set(protocol.HeaderMsgID, id)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := f.JS.PublishMsg(ctx, m)
+		cancel()
+		if err == nil {
+			return
+		}
+		unacked := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+		if !unacked || time.Now().After(deadline) {
+			require.NoError(f.t, err)
+		}
+		f.t.Logf("submitting %s: %v; sending it again with the same Nats-Msg-Id", id, err)
+	}
 }
 
 // Run is what a subscriber saw of one query.
