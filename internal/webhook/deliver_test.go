@@ -365,3 +365,42 @@ func (fx *fixture) run(t *testing.T, tenant string, n int) int {
 	defer mu.Unlock()
 	return len(ended)
 }
+
+// TestNoEndpointsNoConsuming: while no endpoint exists the service reads no
+// status event (the fleet's jobs cost the server no deliveries for it); the
+// first endpoint starts the reading, and its events are delivered; with
+// the last one removed, reading stops again.
+func TestNoEndpointsNoConsuming(t *testing.T) {
+	fx := newFixture(t, 2, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cons, err := fx.f.JS.Consumer(ctx, fx.f.Names.QueriesStream(), webhook.ConsumerName)
+	require.NoError(t, err)
+	read := func() uint64 {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.Delivered.Consumer
+	}
+	fx.f.SubmitJSON("quiet", "q1", "hi")
+	fx.f.Follow("quiet", "q1", wait)
+	require.Zero(t, read(), "status events read with no endpoint")
+
+	rc := newReceiver(t, func(*http.Request, int) int { return http.StatusOK })
+	ep := fx.add(t, "quiet", rc, rc.srv.URL+"/hook", "succeeded")
+	fx.f.SubmitJSON("quiet", "q2", "hi")
+	hits := rc.waitFor("q2 delivered", func(h []hit) bool { return delivered(h, "query.succeeded", "q2") })
+	for _, h := range hits {
+		require.NotEqual(t, "q1", h.Query, "an event from before the endpoint was delivered")
+	}
+
+	require.Nil(t, fx.call(t, webhook.OpRemove, webhook.Request{Tenant: "quiet", Endpoint: ep.ID}).Error)
+	fleettest.Eventually(t, wait, func() bool {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.NumWaiting == 0
+	}, "the service's pull requests gone")
+	before := read()
+	fx.f.SubmitJSON("quiet", "q3", "hi")
+	fx.f.Follow("quiet", "q3", wait)
+	require.Equal(t, before, read(), "status events read after the last endpoint was removed")
+}

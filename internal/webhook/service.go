@@ -82,9 +82,13 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	cc     jetstream.ConsumeContext
-	subs   []*nats.Subscription
-	watch  jetstream.KeyWatcher
+	cons   jetstream.Consumer
+	// cc consumes status events while some endpoint exists (consumeLocked);
+	// under mu, like stopped.
+	cc      jetstream.ConsumeContext
+	stopped bool
+	subs    []*nats.Subscription
+	watch   jetstream.KeyWatcher
 }
 
 // New returns a service; Start begins it.
@@ -176,11 +180,42 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook: the status consumer: %w", err)
 	}
-	s.cc, err = cons.Consume(s.onStatus)
+	s.mu.Lock()
+	s.cons = cons
+	err = s.consumeLocked()
+	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("webhook: consuming status events: %w", err)
+		return err
 	}
 	s.wg.Go(s.sweepLoop)
+	return nil
+}
+
+// consumeLocked consumes status events while some endpoint exists, and
+// stops while none does: with no endpoint every event would be read,
+// decoded and acked for nothing (two deliveries and two acks per job). The
+// durable consumer keeps its place meanwhile, so the events of a pause are
+// read when an endpoint comes (and skipped by matching: they predate it).
+// Called with mu held.
+func (s *Service) consumeLocked() error {
+	if s.cons == nil || s.stopped {
+		return nil
+	}
+	n := 0
+	for _, m := range s.byTen {
+		n += len(m)
+	}
+	switch {
+	case n > 0 && s.cc == nil:
+		cc, err := s.cons.Consume(s.onStatus)
+		if err != nil {
+			return fmt.Errorf("webhook: consuming status events: %w", err)
+		}
+		s.cc = cc
+	case n == 0 && s.cc != nil:
+		s.cc.Stop()
+		s.cc = nil
+	}
 	return nil
 }
 
@@ -202,9 +237,13 @@ func (s *Service) Stop(ctx context.Context) error {
 }
 
 func (s *Service) stop() {
+	s.mu.Lock()
+	s.stopped = true
 	if s.cc != nil {
 		s.cc.Stop()
+		s.cc = nil
 	}
+	s.mu.Unlock()
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
@@ -251,6 +290,11 @@ func (s *Service) watchEndpoints(ctx context.Context) error {
 func (s *Service) applyEndpoint(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if err := s.consumeLocked(); err != nil {
+			s.log.Error().Err(err).Msg("status events are not consumed; deliveries wait for the next endpoint change or restart")
+		}
+	}()
 	if e.Operation() != jetstream.KeyValuePut {
 		for t, m := range s.byTen {
 			for id := range m {
