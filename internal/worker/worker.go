@@ -276,9 +276,20 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribing to the claims' read replies: %w", err)
 	}
 	w.ctlSub = sub
+	if c := w.cfg.EnvCache; c != nil {
+		// The worker owns the environment cache's background work
+		// (preparing copies to restore, SPEC 15).
+		if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("worker: starting the environment cache: %w", err)
+		}
+	}
 	if w.warm != nil {
 		if err := w.warm.Start(context.WithoutCancel(ctx)); err != nil {
 			_ = sub.Unsubscribe()
+			if c := w.cfg.EnvCache; c != nil {
+				_ = c.Stop(ctx)
+			}
 			return fmt.Errorf("worker: starting the warm agents: %w", err)
 		}
 	}
@@ -314,6 +325,12 @@ func (w *Worker) stop(ctx context.Context) error {
 	<-w.hb.done
 	_ = w.ctlSub.Unsubscribe()
 	_ = w.pub.Close() // no relay publishes any more
+	if c := w.cfg.EnvCache; c != nil {
+		// No job restores any more: stop preparing copies.
+		if err := c.Stop(ctx); err != nil {
+			w.log.Warn().Err(err).Msg("stopping the environment cache")
+		}
+	}
 	// Every job is over, so no sandbox destruction starts any more: wait for
 	// those under way.
 	cleaned := make(chan struct{})
