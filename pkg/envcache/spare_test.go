@@ -418,3 +418,34 @@ func TestAFailedPreparationNeverFailsARestore(t *testing.T) {
 		require.Equal(t, envcache.EventPrepareFailed, ev.Kind)
 	}
 }
+
+// Prepared copies count against the bound and go before entries: a save
+// that passes it drops the least recently used entry's copy, not the
+// entry, and a copy that would not fit is not made.
+func TestPreparedCopiesGoBeforeEntries(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 0)
+	k1, _, _ := f.setup(t, setupScript)
+	_, wd := f.checkout(t)
+	res, err := f.copier(t).Restore(t.Context(), k1, wd)
+	require.NoError(t, err)
+	size := res.Bytes
+	require.Greater(t, size, int64(20))
+
+	bounded, err := envcache.Open(envcache.Config{Dir: filepath.Join(f.dir, "envs"), MaxBytes: size * 5 / 2})
+	require.NoError(t, err)
+	events := start(t, bounded)
+	_, wd = f.checkout(t)
+	_, err = bounded.Restore(t.Context(), k1, wd)
+	require.NoError(t, err)
+	require.Equal(t, envcache.EventPrepared, next(t, events, k1, envcache.EventPrepared, envcache.EventPrepareFailed).Kind)
+	require.Equal(t, 1, bounded.Spares(k1))
+
+	f.cache = bounded
+	k2, _, _ := f.setup(t, setupScript+"echo 2 > two.txt\n") // its entry and k1's, with k1's copy, pass the bound
+	require.DirExists(t, filepath.Join(f.dir, "envs", k1), "the entry stayed")
+	require.DirExists(t, filepath.Join(f.dir, "envs", k2))
+	require.Zero(t, bounded.Spares(k1), "its prepared copy went")
+	ev := next(t, events, k2, envcache.EventPrepared, envcache.EventPrepareFailed)
+	require.ErrorIs(t, ev.Err, envcache.ErrNoRoom, "no room for a copy of the second")
+}
