@@ -312,6 +312,13 @@ func (w *Worker) stop(ctx context.Context) error {
 			w.log.Warn().Err(err).Msg("stopping the warm agents")
 		}
 	}
+	if c := w.cfg.EnvCache; c != nil {
+		// No copy is prepared for the next job any more (the jobs still
+		// running restore all the same, by copying when none is ready).
+		if err := c.Stop(ctx); err != nil {
+			w.log.Warn().Err(err).Msg("stopping the environment cache")
+		}
+	}
 	select {
 	case <-w.loopDone:
 	case <-ctx.Done():
@@ -325,12 +332,6 @@ func (w *Worker) stop(ctx context.Context) error {
 	<-w.hb.done
 	_ = w.ctlSub.Unsubscribe()
 	_ = w.pub.Close() // no relay publishes any more
-	if c := w.cfg.EnvCache; c != nil {
-		// No job restores any more: stop preparing copies.
-		if err := c.Stop(ctx); err != nil {
-			w.log.Warn().Err(err).Msg("stopping the environment cache")
-		}
-	}
 	// Every job is over, so no sandbox destruction starts any more: wait for
 	// those under way.
 	cleaned := make(chan struct{})
