@@ -17,7 +17,11 @@ func openCaches(o *options) (*repocache.Cache, *envcache.Cache, error) {
 	if err != nil {
 		return nil, nil, failed(2, "--repo-cache", err)
 	}
-	envs, err := envcache.Open(envcache.Config{Dir: filepath.Join(o.repoCache, "envs")})
+	spares := o.envSpares
+	if spares == 0 {
+		spares = envcache.NoSpares
+	}
+	envs, err := envcache.Open(envcache.Config{Dir: filepath.Join(o.repoCache, "envs"), Spares: spares})
 	if err != nil {
 		return nil, nil, failed(2, "--repo-cache", err)
 	}

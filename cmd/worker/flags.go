@@ -15,6 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/session"
 )
 
@@ -38,6 +39,7 @@ type options struct {
 	modelPricesFile              string
 	modelPrices                  gateway.Prices
 	repoCache                    string
+	envSpares                    int
 	warm                         int
 	contain                      containOptions
 
@@ -77,6 +79,7 @@ func flags(o *options) *pflag.FlagSet {
 	addContainFlags(fs, &o.contain)
 	fs.DurationVar(&o.exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
 	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (SPEC 15); empty = none (env FLEET_REPO_CACHE)")
+	fs.IntVar(&o.envSpares, "env-cache-spares", envcache.DefaultSpares, "copies of each setup environment in --repo-cache kept prepared in the background, so a restore moves one into the checkout instead of copying (SPEC 15); 0 = none (env FLEET_ENV_CACHE_SPARES)")
 	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (SPEC 15); 0 = off (env FLEET_WARM)")
 	return fs
 }
@@ -109,6 +112,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--agent-cmd must name a program: %w", err)
 	case len(command) == 0:
 		return errors.New("--agent-cmd must name a program")
+	}
+	if o.envSpares < 0 || o.envSpares > 16 {
+		return fmt.Errorf("--env-cache-spares must be between 0 and 16, not %d", o.envSpares)
 	}
 	if o.warm < 0 || o.warm > 64 {
 		return fmt.Errorf("--warm must be between 0 and 64, not %d", o.warm)

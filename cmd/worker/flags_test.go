@@ -35,6 +35,7 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 		{[]string{"--sandbox", "docker"}, `--sandbox must be local or cloudflare, not "docker"`},
 		{[]string{"serve", "now"}, `worker takes no arguments, only flags: "serve now"`},
 		{[]string{"--warm", "-1"}, "--warm must be between 0 and 64, not -1"},
+		{[]string{"--env-cache-spares", "-1"}, "--env-cache-spares must be between 0 and 16, not -1"},
 		{[]string{"--agent-cmd", "no-such-agent-on-path --flag"}, `--agent-cmd: "no-such-agent-on-path" is not an executable on PATH (install Claude Code`},
 		{[]string{"--agent-env", "PATH,ANTHROPIC_API_KEY"}, "--agent-env may not list ANTHROPIC_API_KEY: the model credential stays in the worker"},
 		{[]string{"--agent-env", "CLAUDE_CODE_OAUTH_TOKEN"}, "--agent-env may not list CLAUDE_CODE_OAUTH_TOKEN"},

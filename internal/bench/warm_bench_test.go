@@ -56,6 +56,10 @@ func BenchmarkFleetWarm(b *testing.B) {
 		figure("setup_restore_ms", f.restore, "ms")
 		figure("setup_ratio", f.restore/f.run, "ratio")
 		figure("setup_save_ms", f.save, "ms")
+		// The restore above moves in a copy prepared in the background
+		// between jobs; a job arriving before it is ready copies.
+		figure("setup_prepare_ms", f.prepare, "ms")
+		figure("setup_copy_restore_ms", f.copyRestore, "ms")
 		b.ReportMetric(f.restore/f.run, "setup_ratio")
 	})
 	b.Run("idle", func(b *testing.B) {
@@ -90,6 +94,9 @@ func TestWarmBenchmarksRun(t *testing.T) {
 	require.Positive(t, s.run)
 	require.Positive(t, s.restore)
 	require.Equal(t, 20, s.files, "the 20 files the setup built")
+	require.True(t, s.prepared, "the timed restores moved a prepared copy in")
+	require.Positive(t, s.prepare)
+	require.Positive(t, s.copyRestore)
 
 	agents, pool := warmIdleCPU(t, 1, time.Second)
 	require.GreaterOrEqual(t, agents, time.Duration(0))

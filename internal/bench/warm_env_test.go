@@ -102,13 +102,19 @@ func setupScript(files int) string {
 // setupFigures are medians in milliseconds.
 type setupFigures struct {
 	run, restore, save float64
-	files              int
+	// prepare: making a prepared copy in the background (after a save or
+	// a restore, between jobs); copyRestore: a restore that finds none
+	// ready and copies, as a job arriving before it is ready gets.
+	prepare, copyRestore float64
+	files                int
+	prepared             bool // every timed restore moved a prepared copy in
 }
 
 // setupRestore measures, rounds times: running a setup in a fresh
-// checkout (run), and in another fresh checkout computing its key and
-// restoring its cached result (restore); save is what a miss adds to the
-// run (snapshots before and after, Save).
+// checkout (run), and in other fresh checkouts computing its key and
+// restoring its cached result, by copying (copyRestore) and, once the
+// cache's prepared copy is ready (prepare), from it (restore); save is
+// what a miss adds to the run (snapshots before and after, Save).
 func setupRestore(t testing.TB, files, rounds int) setupFigures {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -121,8 +127,13 @@ func setupRestore(t testing.TB, files, rounds int) setupFigures {
 	require.NoError(t, err)
 	cache, err := envcache.Open(envcache.Config{Dir: filepath.Join(dir, "envs")})
 	require.NoError(t, err)
+	copier, err := envcache.Open(envcache.Config{Dir: filepath.Join(dir, "envs"), Spares: envcache.NoSpares})
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	events := cache.Events()
+	require.NoError(t, cache.Start(ctx))
+	defer func() { require.NoError(t, cache.Stop(ctx)) }()
 	script := setupScript(files)
 	n := 0
 	checkout := func() (sandbox.Sandbox, string) {
@@ -134,9 +145,20 @@ func setupRestore(t testing.TB, files, rounds int) setupFigures {
 		workspacetest.Git(t, dir, "clone", "-q", src, wd)
 		return sb, wd
 	}
-	var run, restore, save []time.Duration
-	var fig setupFigures
-	for range rounds {
+	restore := func(c *envcache.Cache) (time.Duration, envcache.Result) {
+		_, wd := checkout()
+		t0 := time.Now()
+		key, err := envcache.Key(src, script, wd)
+		require.NoError(t, err)
+		res, err := c.Restore(ctx, key, wd)
+		require.NoError(t, err)
+		d := time.Since(t0)
+		require.True(t, res.Hit)
+		return d, res
+	}
+	var run, prepared, copied, save, prepare []time.Duration
+	fig := setupFigures{prepared: true}
+	for i := range rounds {
 		sb, wd := checkout()
 		before, err := envcache.TakeSnapshot(ctx, sb)
 		require.NoError(t, err)
@@ -151,17 +173,37 @@ func setupRestore(t testing.TB, files, rounds int) setupFigures {
 		_, err = cache.Save(ctx, key, wd, envcache.Changed(before, after))
 		require.NoError(t, err)
 		save = append(save, time.Since(t1))
+		if i == 0 { // the first save prepares; later ones find the refill ready
+			prepare = append(prepare, waitPrepared(t, events, key))
+		}
 
-		_, wd2 := checkout()
-		t2 := time.Now()
-		key2, err := envcache.Key(src, script, wd2)
-		require.NoError(t, err)
-		res, err := cache.Restore(ctx, key2, wd2)
-		require.NoError(t, err)
-		restore = append(restore, time.Since(t2))
-		require.True(t, res.Hit)
+		d, _ := restore(copier)
+		copied = append(copied, d)
+		d, res := restore(cache)
+		prepared = append(prepared, d)
+		fig.prepared = fig.prepared && res.Prepared
 		fig.files = res.Files
+		// The refill, before the next round's setup competes with it.
+		prepare = append(prepare, waitPrepared(t, events, key))
+		require.Equal(t, 1, cache.Spares(key))
 	}
-	fig.run, fig.restore, fig.save = median(run), median(restore), median(save)
+	fig.run, fig.restore, fig.save = median(run), median(prepared), median(save)
+	fig.prepare, fig.copyRestore = median(prepare), median(copied)
 	return fig
+}
+
+// waitPrepared waits for the cache's next preparation of key and returns
+// how long it took; the copy is then ready.
+func waitPrepared(t testing.TB, events <-chan envcache.Event, key string) time.Duration {
+	for {
+		select {
+		case ev := <-events:
+			require.NotEqual(t, envcache.EventPrepareFailed, ev.Kind, "%v", ev.Err)
+			if ev.Kind == envcache.EventPrepared && ev.Key == key {
+				return ev.Took
+			}
+		case <-time.After(5 * time.Minute): // a hang's bound, not a measure
+			t.Fatal("no prepared copy")
+		}
+	}
 }

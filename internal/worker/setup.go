@@ -85,7 +85,8 @@ func (m *setupMode) setup(ctx context.Context, sb sandbox.Sandbox) (string, erro
 			if err := giveToAgent(workdir); err != nil {
 				q.log.Warn().Err(err).Msg("handing the restored setup environment to the agent; running the setup")
 			} else {
-				q.log.Info().Int("files", res.Files).Int64("bytes", res.Bytes).Int("cloned", res.Cloned).Msg("setup environment restored from the cache")
+				q.log.Info().Int("files", res.Files).Int64("bytes", res.Bytes).Int("cloned", res.Cloned).Bool("prepared", res.Prepared).
+					Msg("setup environment restored from the cache")
 				return "", nil
 			}
 		case err != nil:

@@ -276,9 +276,20 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribing to the claims' read replies: %w", err)
 	}
 	w.ctlSub = sub
+	if c := w.cfg.EnvCache; c != nil {
+		// The worker owns the environment cache's background work
+		// (preparing copies to restore, SPEC 15).
+		if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("worker: starting the environment cache: %w", err)
+		}
+	}
 	if w.warm != nil {
 		if err := w.warm.Start(context.WithoutCancel(ctx)); err != nil {
 			_ = sub.Unsubscribe()
+			if c := w.cfg.EnvCache; c != nil {
+				_ = c.Stop(ctx)
+			}
 			return fmt.Errorf("worker: starting the warm agents: %w", err)
 		}
 	}
@@ -299,6 +310,13 @@ func (w *Worker) stop(ctx context.Context) error {
 		// No job takes a warm agent any more: stop those not taken.
 		if err := w.warm.Stop(ctx); err != nil {
 			w.log.Warn().Err(err).Msg("stopping the warm agents")
+		}
+	}
+	if c := w.cfg.EnvCache; c != nil {
+		// No copy is prepared for the next job any more (the jobs still
+		// running restore all the same, by copying when none is ready).
+		if err := c.Stop(ctx); err != nil {
+			w.log.Warn().Err(err).Msg("stopping the environment cache")
 		}
 	}
 	select {

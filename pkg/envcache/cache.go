@@ -11,7 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultMaxBytes bounds the entries when Config.MaxBytes is 0.
@@ -25,14 +29,33 @@ type Config struct {
 	// Dir holds the entries (the worker uses <--repo-cache>/envs).
 	// Required; created when missing.
 	Dir string
-	// MaxBytes bounds the entries' total size; 0 is DefaultMaxBytes.
+	// MaxBytes bounds the entries' total size, their prepared copies
+	// included; 0 is DefaultMaxBytes.
 	MaxBytes int64
+	// Spares is how many prepared copies of each entry are kept ready to
+	// be moved into a checkout (see the package documentation); 0 is
+	// DefaultSpares, NoSpares (or any negative number) none.
+	Spares int
 }
 
+// DefaultSpares is Config.Spares when it is 0: one prepared copy per
+// entry.
+const DefaultSpares = 1
+
+// NoSpares as Config.Spares prepares no copies: every restore copies.
+const NoSpares = -1
+
 // Cache is a directory of saved environments, safe for concurrent use by
-// goroutines and processes.
+// goroutines and processes. Its background work (preparing copies) runs
+// between Start and Stop; one owner (the worker) calls both.
 type Cache struct {
-	cfg Config
+	cfg  Config
+	prep preparer
+	// open is the shared flock on openLockFile held while this Cache may
+	// write in the directory (until Stop); Open cleans up only when no
+	// other holds it.
+	openMu sync.Mutex
+	open   *os.File
 }
 
 // Result says what a Save or Restore did.
@@ -41,6 +64,9 @@ type Result struct {
 	Files  int   // files, links and directories
 	Bytes  int64 // bytes of file contents
 	Cloned int   // files cloned copy-on-write rather than copied
+	// Prepared (Restore): the files were moved into the checkout from a
+	// copy prepared in the background, not copied.
+	Prepared bool
 }
 
 // ErrTooLarge is a Save whose files pass Config.MaxBytes.
@@ -59,10 +85,70 @@ func Open(cfg Config) (*Cache, error) {
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
+	switch {
+	case cfg.Spares == 0:
+		cfg.Spares = DefaultSpares
+	case cfg.Spares < 0:
+		cfg.Spares = 0
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("envcache: %w", err)
 	}
-	return &Cache{cfg: cfg}, nil
+	c := &Cache{cfg: cfg}
+	c.prep.c = c
+	c.prep.life.Name = "envcache"
+	if err := c.takeOpenLock(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// openLockFile is flocked shared by every open Cache of the directory.
+const openLockFile = "fleet-open.lock"
+
+// takeOpenLock takes openLockFile. When no other Cache (of this process
+// or another) has the directory open, what a killed one left is removed
+// first: temporary entries, copies being prepared or claimed, and every
+// prepared copy (made again on demand).
+func (c *Cache) takeOpenLock() error {
+	f, err := os.OpenFile(filepath.Join(c.cfg.Dir, openLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("envcache: %w", err)
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		c.removeLeftovers()
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("envcache: locking the directory: %w", err)
+	}
+	c.open = f
+	return nil
+}
+
+// releaseOpenLock lets a later Open clean up (Stop calls it).
+func (c *Cache) releaseOpenLock() {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if c.open != nil {
+		_ = c.open.Close()
+		c.open = nil
+	}
+}
+
+// removeLeftovers removes what no open Cache is using: .tmp-, .trash-
+// and .claimed- directories, and the spares directory.
+func (c *Cache) removeLeftovers() {
+	des, err := os.ReadDir(c.cfg.Dir)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		n := de.Name()
+		if n == sparesDir || strings.HasPrefix(n, ".tmp-") || strings.HasPrefix(n, ".trash-") || strings.HasPrefix(n, claimedPrefix) {
+			_ = os.RemoveAll(filepath.Join(c.cfg.Dir, n))
+		}
+	}
 }
 
 func (c *Cache) entry(key string) string { return filepath.Join(c.cfg.Dir, key) }
@@ -77,6 +163,7 @@ func (c *Cache) Save(ctx context.Context, key, workdir string, paths []string) (
 	}
 	if _, err := os.Stat(filepath.Join(c.entry(key), manifestFile)); err == nil {
 		touch(c.entry(key))
+		c.prep.want(key)
 		return Result{}, nil
 	}
 	tmp := filepath.Join(c.cfg.Dir, ".tmp-"+random())
@@ -93,6 +180,7 @@ func (c *Cache) Save(ctx context.Context, key, workdir string, paths []string) (
 	}
 	touch(c.entry(key))
 	c.evict(key)
+	c.prep.want(key)
 	return res, nil
 }
 

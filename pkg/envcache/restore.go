@@ -1,6 +1,8 @@
 package envcache
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +17,10 @@ import (
 
 const unixENOTEMPTY = unix.ENOTEMPTY
 
-// Restore puts the entry of key back into workdir (the checkout). A
+// Restore puts the entry of key back into workdir (the checkout): from a
+// prepared copy when one is ready on workdir's filesystem (claimed,
+// checked, moved in: Result.Prepared), else by copying. Either way it
+// then asks for a prepared copy for the next restore. A
 // missing entry is a miss (Result.Hit false, no error). An entry that
 // does not match its sealed manifest is dropped and ErrCorrupt returned:
 // the caller runs the setup as on a miss and saves again. Any other
@@ -31,11 +36,20 @@ func (c *Cache) Restore(ctx context.Context, key, workdir string) (Result, error
 	}
 	defer unlock()
 	dir := c.entry(key)
-	items, _, err := readManifest(filepath.Join(dir, manifestFile))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	manifest, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
 		return Result{}, nil
-	case err == nil:
+	}
+	var items []item
+	if err == nil {
+		items, _, err = parseManifest(bufio.NewScanner(bytes.NewReader(manifest)))
+	}
+	if err == nil {
+		if res, ok := c.restoreSpare(key, workdir, manifest, items); ok {
+			touch(dir)
+			c.prep.want(key)
+			return res, nil
+		}
 		err = verify(dir, items)
 	}
 	if err != nil {
@@ -48,6 +62,8 @@ func (c *Cache) Restore(ctx context.Context, key, workdir string) (Result, error
 	res, err := restoreItems(ctx, dir, workdir, items)
 	if errors.Is(err, ErrCorrupt) {
 		c.drop(key)
+	} else {
+		c.prep.want(key)
 	}
 	if err != nil {
 		return Result{}, err
@@ -166,28 +182,31 @@ func (c *Cache) lock(key string, how int) (func(), error) {
 	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
 }
 
-// drop removes an entry: renamed away first, so no reader finds half of it.
+// drop removes an entry and its prepared copies: renamed away first, so
+// no reader finds half of it.
 func (c *Cache) drop(key string) {
 	trash := filepath.Join(c.cfg.Dir, ".trash-"+random())
 	if os.Rename(c.entry(key), trash) == nil {
 		_ = os.RemoveAll(trash)
 	}
+	c.dropSpares(key)
 }
 
-// evict removes the least recently used entries (never keep, never one
-// being restored) until the total is within MaxBytes.
-func (c *Cache) evict(keep string) {
+// ent is an entry as evict and usage see it.
+type ent struct {
+	key    string
+	size   int64 // by its manifest
+	used   int64 // last saved or served, ns
+	spares int   // its prepared copies
+}
+
+// entries lists the sealed entries, least recently used first.
+func (c *Cache) entries() []ent {
 	des, err := os.ReadDir(c.cfg.Dir)
 	if err != nil {
-		return
-	}
-	type ent struct {
-		key  string
-		size int64
-		used int64
+		return nil
 	}
 	var ents []ent
-	var total int64
 	for _, de := range des {
 		if !de.IsDir() || !keyRE.MatchString(de.Name()) {
 			continue
@@ -201,10 +220,30 @@ func (c *Cache) evict(keep string) {
 		if fi, err := os.Stat(filepath.Join(dir, usedFile)); err == nil {
 			used = fi.ModTime().UnixNano()
 		}
-		ents = append(ents, ent{de.Name(), size, used})
-		total += size
+		ents = append(ents, ent{de.Name(), size, used, len(c.spares(de.Name()))})
 	}
 	slices.SortFunc(ents, func(a, b ent) int { return int(min(max(a.used-b.used, -1), 1)) })
+	return ents
+}
+
+// evict brings the total (entries and prepared copies) within MaxBytes:
+// prepared copies go first, least recently used entry first, then the
+// least recently used entries (never keep, never one being restored).
+func (c *Cache) evict(keep string) {
+	ents := c.entries()
+	var total int64
+	for _, e := range ents {
+		total += e.size * int64(1+e.spares)
+	}
+	for _, e := range ents {
+		if total <= c.cfg.MaxBytes {
+			return
+		}
+		if e.spares > 0 {
+			c.dropSpares(e.key)
+			total -= e.size * int64(e.spares)
+		}
+	}
 	for _, e := range ents {
 		if total <= c.cfg.MaxBytes {
 			return
