@@ -109,12 +109,16 @@ type Fake struct {
 }
 
 type sandbox struct {
-	id    string
-	dir   string
-	ws    string
-	root  *os.Root
-	env   map[string]string
-	procs map[string]*proc
+	id string
+	// marker is in every process's environment (markerEnv): destroy finds
+	// and kills what left the process groups it started (a tool the agent
+	// ran in a session of its own), as a real sandbox's teardown would.
+	marker string
+	dir    string
+	ws     string
+	root   *os.Root
+	env    map[string]string
+	procs  map[string]*proc
 }
 
 // New starts a fake bridge on a loopback httptest server and registers its

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfleet/agentfleet/pkg/sandbox/bridgefake"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/sandboxtest"
@@ -547,4 +548,34 @@ func TestFailCreate(t *testing.T) {
 	code, _ := do(t, f, http.MethodPut, "/v1/sb/sb", "", nil)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Equal(t, 4, f.Creates())
+}
+
+// TestDeleteKillsProcessesThatLeftTheGroup: a process the sandbox's
+// process started in a session of its own (as the agent's Bash tool does)
+// is killed when the sandbox is deleted, like the rest of a real sandbox.
+func TestDeleteKillsProcessesThatLeftTheGroup(t *testing.T) {
+	t.Parallel()
+	f := bridgefake.New(t, bridgefake.Options{})
+	create(t, f, "sb", nil)
+	start(t, f, "sb", map[string]any{"proc_id": "p",
+		"argv": []string{"/bin/sh", "-c", "setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $! > away.pid; exec sleep 3600"}})
+	var away int
+	eventually(t, func() bool {
+		code, b := do(t, f, http.MethodGet, "/v1/sb/sb/file?path=away.pid", "", nil)
+		if code != http.StatusOK {
+			return false
+		}
+		var err error
+		away, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, "the pid file of the process in its own session")
+	t.Cleanup(func() { _ = syscall.Kill(away, syscall.SIGKILL) })
+	eventually(t, func() bool {
+		sid, err := unix.Getsid(away)
+		return err == nil && sid == away
+	}, "the process in a session of its own")
+
+	code, _ := do(t, f, http.MethodDelete, "/v1/sb/sb", "", nil)
+	require.Equal(t, http.StatusNoContent, code)
+	eventually(t, func() bool { return processGone(away) }, "the process that left the group survived the delete")
 }

@@ -159,6 +159,7 @@ func (f handlers) env(sb *sandbox, req startReq) []string {
 	maps.Copy(m, f.opts.BaseEnv)
 	maps.Copy(m, sb.env)
 	maps.Copy(m, req.Env)
+	m[markerEnv] = sb.marker
 	out := make([]string, 0, len(m))
 	for k, v := range m {
 		out = append(out, k+"="+v)

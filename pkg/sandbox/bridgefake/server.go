@@ -231,7 +231,7 @@ func (f handlers) handleCreate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "internal", err.Error())
 			return
 		}
-		sb = &sandbox{id: id, dir: dir, ws: ws, root: root, procs: map[string]*proc{}}
+		sb = &sandbox{id: id, marker: newMarker(), dir: dir, ws: ws, root: root, procs: map[string]*proc{}}
 		f.sandboxes[id] = sb
 	}
 	sb.env = maps.Clone(req.Env)
@@ -266,6 +266,7 @@ func (f handlers) destroy(sb *sandbox) {
 	for _, p := range procs {
 		<-p.reaped
 	}
+	killMarked(sb.marker)
 	_ = sb.root.Close()
 	_ = os.RemoveAll(sb.dir)
 }
