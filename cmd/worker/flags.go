@@ -38,6 +38,7 @@ type options struct {
 	modelPricesFile              string
 	modelPrices                  gateway.Prices
 	repoCache                    string
+	repoCacheTrees               int
 	warm                         int
 	contain                      containOptions
 
@@ -77,6 +78,7 @@ func flags(o *options) *pflag.FlagSet {
 	addContainFlags(fs, &o.contain)
 	fs.DurationVar(&o.exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
 	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (SPEC 15); empty = none (env FLEET_REPO_CACHE)")
+	fs.IntVar(&o.repoCacheTrees, "repo-cache-trees", 1, "prepared working trees the repository cache keeps per repository, at the commit it served last, made in the background between jobs; 0 = none (env FLEET_REPO_CACHE_TREES)")
 	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (SPEC 15); 0 = off (env FLEET_WARM)")
 	return fs
 }
@@ -112,6 +114,9 @@ func (o *options) validate() error {
 	}
 	if o.warm < 0 || o.warm > 64 {
 		return fmt.Errorf("--warm must be between 0 and 64, not %d", o.warm)
+	}
+	if err := checkCacheFlags(o); err != nil {
+		return err
 	}
 	if o.sessionFilesMax < 1 {
 		return fmt.Errorf("--session-files-max must be at least 1 byte, not %d", o.sessionFilesMax)
