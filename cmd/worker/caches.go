@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/repocache"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 
 // maxRepoCacheTrees bounds --repo-cache-trees: each tree is a whole
@@ -32,7 +33,12 @@ func openCaches(ctx context.Context, o *options, log zerolog.Logger) (*repocache
 	if o.repoCache == "" {
 		return nil, nil, nil
 	}
-	repos, err := repocache.Open(repocache.Config{Dir: o.repoCache, AllowFile: o.wsAllowFile, Trees: o.repoCacheTrees, Logger: &log})
+	cfg := repocache.Config{Dir: o.repoCache, AllowFile: o.wsAllowFile, Trees: o.repoCacheTrees, Logger: &log}
+	if o.contain.isolation == sandbox.IsolationContained {
+		// Trees are made the agent's, as its checkouts are.
+		cfg.TreeOwner = o.contain.agentUID
+	}
+	repos, err := repocache.Open(cfg)
 	if err != nil {
 		return nil, nil, failed(2, "--repo-cache", err)
 	}

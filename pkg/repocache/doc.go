@@ -44,8 +44,11 @@
 // name (.tmp-*, whose owner holds a flock of <name>.lock) and renamed to
 // <C>.<random>.tree once complete, with a seal (fleet-tree: the commit and
 // the tree's size). Preparing another commit of R removes R's trees of the
-// commit before. A preparation that fails (a full disk) is logged, and
-// nothing else changes.
+// commit before. With Config.TreeOwner (a contained agent's uid) a tree is
+// given to that uid as it is made, but its packs, and its index refreshed:
+// the job that takes it has nothing to chown, and git nothing to read
+// again. A preparation that fails (a full disk) is logged, and nothing
+// else changes.
 //
 // [Cache.TakeTree] hands one to a job, after its own credentials passed
 // the remote ([LsRemote]): the tree is renamed out of trees/ (to taken/,

@@ -39,6 +39,12 @@ type Config struct {
 	// in the background while the cache runs (Start) and count against
 	// MaxBytes.
 	Trees int
+	// TreeOwner, when positive and the cache runs as root, is the uid
+	// (and gid) prepared trees are given to as they are made: a contained
+	// agent's (SPEC 14). The checkout that takes one then has nothing to
+	// give the agent, and git nothing to read again (a chown changes
+	// every file's ctime, which git checks). Packs stay the cache's.
+	TreeOwner int
 	// Prepared, when set, is told how each preparation of trees ended
 	// (tests and benchmarks wait on it). It is called from the cache's
 	// own goroutine and must not block for long.
@@ -266,8 +272,8 @@ func (c *Cache) git(ctx context.Context, dir string, auth Auth, args ...string) 
 			msg = strings.ReplaceAll(msg, auth.Value, "[redacted]")
 		}
 		verb := args[0]
-		if verb == "-c" {
-			verb = "fetch"
+		for i := 0; verb == "-c" && i+2 < len(args); i += 2 {
+			verb = args[i+2]
 		}
 		err = fmt.Errorf("repocache: git %s: %w: %s", verb, err, msg)
 		low := strings.ToLower(msg)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -199,6 +200,9 @@ func (c *Cache) buildTree(ctx context.Context, repo, commit string) error {
 	if _, err := c.git(ctx, work, Auth{}, "checkout", "-q", "--detach", commit); err != nil {
 		return err
 	}
+	if err := c.giveTree(ctx, work); err != nil {
+		return err
+	}
 	size, err := treeBytes(work)
 	if err != nil {
 		return fmt.Errorf("repocache: %w", err)
@@ -231,6 +235,46 @@ func (c *Cache) borrow(ctx context.Context, repo, commit, packDir string) error 
 		return fmt.Errorf("%w: %s is not in the mirror", ErrNoRef, commit)
 	}
 	return linkPacks(m.dir, packs, packDir)
+}
+
+// giveTree gives a tree's files, but the packs (the mirror's hard links),
+// to Config.TreeOwner, then refreshes its index (the chown changed every
+// file's ctime) and gives the new index too.
+func (c *Cache) giveTree(ctx context.Context, work string) error {
+	uid := c.cfg.TreeOwner
+	if uid <= 0 || os.Geteuid() != 0 {
+		return nil
+	}
+	if err := chownTree(work, uid); err != nil {
+		return err
+	}
+	if _, err := c.git(ctx, work, Auth{}, "-c", "safe.directory=*", "update-index", "-q", "--refresh"); err != nil {
+		return err
+	}
+	return chownTree(work, uid)
+}
+
+// chownTree gives what under work is not uid's to uid (and its group),
+// but files with other links (the packs).
+func chownTree(work string, uid int) error {
+	err := filepath.WalkDir(work, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || (d.Type().IsRegular() && st.Nlink > 1) || (int(st.Uid) == uid && int(st.Gid) == uid) {
+			return nil
+		}
+		return os.Lchown(p, uid, uid)
+	})
+	if err != nil {
+		return fmt.Errorf("repocache: giving a tree to uid %d: %w", uid, err)
+	}
+	return nil
 }
 
 // treeBytes is what a tree adds to the cache: every file but the packs,

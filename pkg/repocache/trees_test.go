@@ -289,3 +289,38 @@ func TestAPreparationThatCannotWriteFails(t *testing.T) {
 	_, hit := checkout(t, c, repo.URL, repo.Main, repocache.Auth{})
 	require.True(t, hit, "the mirror still serves")
 }
+
+// A tree made for a contained agent's uid is its already, but for the
+// packs (the mirror's), and its index knows the new ctimes: git has
+// nothing to read again when it is taken.
+func TestATreeIsGivenToTreeOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root gives files to another uid")
+	}
+	t.Parallel()
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	c, err := repocache.Open(repocache.Config{Dir: filepath.Join(t.TempDir(), "cache"), Trees: 1, TreeOwner: 1000, AllowFile: true})
+	require.NoError(t, err)
+	checkout(t, c, repo.URL, repo.Main, repocache.Auth{})
+	_, err = repocache.PrepareNow(ctx(t), c, repo.URL, repo.Main)
+	require.NoError(t, err)
+	dst := t.TempDir()
+	ok, err := c.TakeTree(repo.URL, repo.Main, dst)
+	require.NoError(t, err)
+	require.True(t, ok)
+	packs := filepath.Join(dst, ".git", "objects", "pack") + "/"
+	require.NoError(t, filepath.Walk(dst, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == dst {
+			return err
+		}
+		want := uint32(1000)
+		if strings.HasPrefix(p, packs) {
+			want = 0
+		}
+		require.Equal(t, want, fi.Sys().(*syscall.Stat_t).Uid, p)
+		return nil
+	}))
+	// diff-files compares stat data without refreshing: it lists every
+	// file whose ctime the index does not know.
+	require.Empty(t, workspacetest.Git(t, dst, "-c", "safe.directory=*", "diff-files", "--name-only", "--", "src"))
+}

@@ -47,7 +47,11 @@ func newTreeFixture(t *testing.T, trees int, isolation string) *treeFixture {
 	srv := workspacetest.Serve(t, tmp, treeUser, treeToken)
 	f.url = srv.URL + "/origin.git"
 	var err error
-	f.cache, err = repocache.Open(repocache.Config{Dir: filepath.Join(tmp, "cache"), Trees: trees,
+	owner := 0
+	if isolation == sandbox.IsolationContained {
+		owner = sandbox.DefaultAgentUID // as the worker sets it
+	}
+	f.cache, err = repocache.Open(repocache.Config{Dir: filepath.Join(tmp, "cache"), Trees: trees, TreeOwner: owner,
 		Prepared: func(ev repocache.TreeEvent) { f.events <- ev }})
 	require.NoError(t, err)
 	require.NoError(t, f.cache.Start(context.Background()))
