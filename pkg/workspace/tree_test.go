@@ -377,3 +377,27 @@ func owner(t *testing.T, p string) int {
 	require.NoError(t, err)
 	return int(fi.Sys().(*syscall.Stat_t).Uid)
 }
+
+// A file with another link (a pack the checkout borrows from the
+// repository cache) stays the worker's when a checkout is given to a
+// contained agent: giving it would give the agent the cache's copy.
+func TestChownLikeLeavesHardLinksAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's owner needs root (the worker is root when it contains agents)")
+	}
+	t.Parallel()
+	const agentUID = 64123
+	cacheDir, work := t.TempDir(), t.TempDir()
+	pack := filepath.Join(cacheDir, "pack-1.pack")
+	require.NoError(t, os.WriteFile(pack, []byte("objects"), 0o444))
+	require.NoError(t, os.MkdirAll(filepath.Join(work, ".git", "objects", "pack"), 0o755))
+	require.NoError(t, os.Link(pack, filepath.Join(work, ".git", "objects", "pack", "pack-1.pack")))
+	require.NoError(t, os.WriteFile(filepath.Join(work, "README.md"), []byte("# demo\n"), 0o644))
+	require.NoError(t, os.Chown(work, agentUID, agentUID))
+
+	require.NoError(t, workspace.ChownLike(work, work))
+	require.Equal(t, agentUID, owner(t, filepath.Join(work, "README.md")))
+	require.Equal(t, agentUID, owner(t, filepath.Join(work, ".git", "objects", "pack")))
+	require.Equal(t, 0, owner(t, filepath.Join(work, ".git", "objects", "pack", "pack-1.pack")))
+	require.Equal(t, 0, owner(t, pack), "the cache's copy is still the worker's")
+}
