@@ -42,15 +42,21 @@ type treeFixture struct {
 }
 
 func newTreeFixture(t *testing.T, trees int, isolation string) *treeFixture {
+	owner := 0
+	if isolation == sandbox.IsolationContained {
+		owner = sandbox.DefaultAgentUID // as the worker sets it
+	}
+	return newOwnedTreeFixture(t, trees, isolation, owner)
+}
+
+// newOwnedTreeFixture prepares trees owned by owner (repocache's
+// TreeOwner).
+func newOwnedTreeFixture(t *testing.T, trees int, isolation string, owner int) *treeFixture {
 	tmp := t.TempDir()
 	f := &treeFixture{repo: workspacetest.NewRepo(t, tmp), events: make(chan repocache.TreeEvent, 16)}
 	srv := workspacetest.Serve(t, tmp, treeUser, treeToken)
 	f.url = srv.URL + "/origin.git"
 	var err error
-	owner := 0
-	if isolation == sandbox.IsolationContained {
-		owner = sandbox.DefaultAgentUID // as the worker sets it
-	}
 	f.cache, err = repocache.Open(repocache.Config{Dir: filepath.Join(tmp, "cache"), Trees: trees, TreeOwner: owner,
 		Prepared: func(ev repocache.TreeEvent) { f.events <- ev }})
 	require.NoError(t, err)
@@ -316,7 +322,9 @@ func TestNoTreesWithZero(t *testing.T) {
 
 // In a contained sandbox the agent runs as its own uid: a taken tree ends
 // owned as a normal checkout is (the agent's, but for the packs, which
-// stay the cache's), and is clean to the agent's git.
+// stay the cache's), and is clean to the agent's git, whether the tree
+// was prepared as the agent's (the worker's setting) or is given to it
+// when taken (every ctime changes: git reads every file again).
 func TestATakenTreeIsTheAgentsWhenContained(t *testing.T) {
 	if err := sandbox.CheckContained(); err != nil {
 		t.Skipf("contained sandboxes cannot run here: %v", err)
@@ -325,7 +333,17 @@ func TestATakenTreeIsTheAgentsWhenContained(t *testing.T) {
 		t.Skip("the worker gives the agent its files only when it runs as root")
 	}
 	t.Parallel()
-	f := newTreeFixture(t, 1, sandbox.IsolationContained)
+	for name, treeOwner := range map[string]int{"prepared as the agent's": sandbox.DefaultAgentUID, "prepared as the worker's": 0} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			takeContained(t, newOwnedTreeFixture(t, 1, sandbox.IsolationContained, treeOwner))
+		})
+	}
+}
+
+// takeContained checks out twice, the second time from the tree, and
+// compares the two checkouts' owners.
+func takeContained(t *testing.T, f *treeFixture) {
 	first, sb1, err := f.checkout(t, f.ws)
 	require.NoError(t, err)
 	require.Equal(t, workspace.CacheMiss, first.Cache)
