@@ -64,22 +64,31 @@ func (c *Cache) trees(k string) []treeInfo {
 		if !e.IsDir() || !strings.HasSuffix(name, treeSuffix) {
 			continue
 		}
-		commit, _, _ := strings.Cut(name, ".")
-		t := treeInfo{dir: filepath.Join(dir, name), commit: commit}
-		if fi, err := os.Stat(filepath.Join(t.dir, sealFile)); err == nil {
-			t.made = fi.ModTime()
-			lines, _ := readLines(filepath.Join(t.dir, sealFile))
-			if len(lines) == 1 {
-				sealed, size, _ := strings.Cut(lines[0], " ")
-				t.bytes, _ = strconv.ParseInt(size, 10, 64)
-				if sealed != commit {
-					t.commit = "" // not what its name says: never taken
-				}
-			}
-		}
-		out = append(out, t)
+		out = append(out, readTree(filepath.Join(dir, name)))
 	}
 	return out
+}
+
+// readTree reads a tree's seal. Its commit is empty (it is never taken,
+// and goes when its repository's next tree is prepared) unless the seal
+// names the commit its name does.
+func readTree(dir string) treeInfo {
+	t := treeInfo{dir: dir}
+	fi, err := os.Stat(filepath.Join(dir, sealFile))
+	if err != nil {
+		return t
+	}
+	t.made = fi.ModTime()
+	lines, _ := readLines(filepath.Join(dir, sealFile))
+	if len(lines) != 1 {
+		return t
+	}
+	sealed, size, _ := strings.Cut(lines[0], " ")
+	t.bytes, _ = strconv.ParseInt(size, 10, 64)
+	if named, _, _ := strings.Cut(filepath.Base(dir), "."); named == sealed && IsSHA(sealed) {
+		t.commit = sealed
+	}
+	return t
 }
 
 // TakeTree moves a prepared tree of repo at commit into dst, an empty

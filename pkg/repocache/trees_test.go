@@ -324,3 +324,27 @@ func TestATreeIsGivenToTreeOwner(t *testing.T) {
 	// file whose ctime the index does not know.
 	require.Empty(t, workspacetest.Git(t, dst, "-c", "safe.directory=*", "diff-files", "--name-only", "--", "src"))
 }
+
+// A tree without its seal (or whose seal names another commit) is never
+// taken, and goes when the repository's next tree is prepared.
+func TestAnUnsealedTreeIsNotTaken(t *testing.T) {
+	t.Parallel()
+	repo := workspacetest.NewRepo(t, t.TempDir())
+	c := openTrees(t, filepath.Join(t.TempDir(), "cache"), 1, 0)
+	checkout(t, c, repo.URL, repo.Main, repocache.Auth{})
+	_, err := repocache.PrepareNow(ctx(t), c, repo.URL, repo.Main)
+	require.NoError(t, err)
+	trees := glob(t, filepath.Join(c.Dir(), "trees", "*", "*.tree"))
+	require.Len(t, trees, 1)
+	require.NoError(t, os.Remove(filepath.Join(trees[0], "fleet-tree")))
+	ok, err := c.TakeTree(repo.URL, repo.Main, t.TempDir())
+	require.NoError(t, err)
+	require.False(t, ok)
+	built, err := repocache.PrepareNow(ctx(t), c, repo.URL, repo.Main)
+	require.NoError(t, err)
+	require.Equal(t, 1, built, "the unsealed one does not count")
+	require.NoDirExists(t, trees[0])
+	ok, err = c.TakeTree(repo.URL, repo.Main, t.TempDir())
+	require.NoError(t, err)
+	require.True(t, ok)
+}
