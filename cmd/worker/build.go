@@ -16,6 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/journal"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/repocache"
@@ -51,6 +52,10 @@ type parts struct {
 	w       *worker.Worker
 	// gw is the model gateway (nil: none); stopped after the worker.
 	gw *gateway.Gateway
+	// repos and envs are --repo-cache's (nil: none); repos is stopped
+	// after the worker.
+	repos *repocache.Cache
+	envs  *envcache.Cache
 }
 
 // build makes the worker and what it needs, on a connection to NATS.
@@ -75,11 +80,15 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 	if err != nil {
 		return nil, err
 	}
-	repos, envs, err := openCaches(o)
-	if err != nil {
+	if p.repos, p.envs, err = openCaches(ctx, o, log); err != nil {
 		return nil, err
 	}
-	workspaces, err := newWorkspaces(o, p.objects, repos, log)
+	defer func() {
+		if err != nil {
+			stopRepoCache(p.repos, log)
+		}
+	}()
+	workspaces, err := newWorkspaces(o, p.objects, p.repos, log)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +112,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Metrics:     worker.NewMetrics(p.reg, o.slots, p.jl.Backlog),
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
 		Checkpoints: p.objects, Gateway: p.gw, TenantBudget: worker.TenantBudgets(js, p.names, log),
-		EnvCache: envs, Warm: o.warm,
+		EnvCache: p.envs, Warm: o.warm,
 		Network: o.contain.networkConfig(o.agentEnv, p.gw, log), LimitsMax: o.contain.limitsMax,
 	})
 	if err != nil {

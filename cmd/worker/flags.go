@@ -40,6 +40,7 @@ type options struct {
 	modelPrices                  gateway.Prices
 	repoCache                    string
 	envSpares                    int
+	repoCacheTrees               int
 	warm                         int
 	contain                      containOptions
 
@@ -80,6 +81,7 @@ func flags(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
 	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (SPEC 15); empty = none (env FLEET_REPO_CACHE)")
 	fs.IntVar(&o.envSpares, "env-cache-spares", envcache.DefaultSpares, "copies of each setup environment in --repo-cache kept prepared in the background, so a restore moves one into the checkout instead of copying (SPEC 15); 0 = none (env FLEET_ENV_CACHE_SPARES)")
+	fs.IntVar(&o.repoCacheTrees, "repo-cache-trees", 1, "prepared working trees the repository cache keeps per repository, at the commit it served last, made in the background between jobs; 0 = none (env FLEET_REPO_CACHE_TREES)")
 	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (SPEC 15); 0 = off (env FLEET_WARM)")
 	return fs
 }
@@ -118,6 +120,9 @@ func (o *options) validate() error {
 	}
 	if o.warm < 0 || o.warm > 64 {
 		return fmt.Errorf("--warm must be between 0 and 64, not %d", o.warm)
+	}
+	if err := checkCacheFlags(o); err != nil {
+		return err
 	}
 	if o.sessionFilesMax < 1 {
 		return fmt.Errorf("--session-files-max must be at least 1 byte, not %d", o.sessionFilesMax)

@@ -56,6 +56,8 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 	// After serve: the worker's runs have ended (it stopped), so no
 	// token is open any more.
 	defer stopGateway(p.gw, log)
+	// After serve too: the worker stopped, so no job takes a tree.
+	defer stopRepoCache(p.repos, log)
 	if code := serve(ctx, o, p, log); code != 0 {
 		return code
 	}

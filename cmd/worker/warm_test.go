@@ -28,8 +28,8 @@ func warmSandboxes(t *testing.T, dir string) []string {
 
 // --warm keeps an agent started ahead in a sandbox of its own, stopped
 // and removed at shutdown; --repo-cache serves a repository's second
-// checkout from its mirror (running says workspace.cache "hit") and keeps
-// setup environments in DIR/envs.
+// checkout from the tree it prepared after the first (running says
+// workspace.cache "tree") and keeps setup environments in DIR/envs.
 func TestWarmAndRepoCacheFlags(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
@@ -62,8 +62,16 @@ func TestWarmAndRepoCacheFlags(t *testing.T) {
 		require.NotNil(t, running.Warm)
 		require.False(t, *running.Warm, "a workspace job starts cold")
 		caches = append(caches, running.Workspace.Cache)
+		if id == "rc-1" {
+			// --repo-cache-trees 1 (the default): the next job's tree is
+			// prepared in the background.
+			fleettest.Eventually(t, 2*time.Minute, func() bool {
+				trees, _ := filepath.Glob(filepath.Join(cacheDir, "trees", "*", "*.tree"))
+				return len(trees) == 1
+			}, "a prepared tree")
+		}
 	}
-	require.Equal(t, []string{workspace.CacheMiss, workspace.CacheHit}, caches)
+	require.Equal(t, []string{workspace.CacheMiss, workspace.CacheTree}, caches)
 	_, err := os.Stat(filepath.Join(cacheDir, "envs"))
 	require.NoError(t, err, "the setup environments' directory")
 

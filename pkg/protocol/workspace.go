@@ -81,8 +81,9 @@ type WorkspaceStatus struct {
 	// checkpoint, not final (the session goes on).
 	Checkpoint bool `json:"checkpoint,omitempty" msgpack:"checkpoint,omitempty"`
 	// Cache says how the worker's repository cache served the checkout
-	// (SPEC 15): "hit", "miss" (the mirror fetched what was new) or
-	// "cold" (the cache could not serve it; CacheCold says why). Set on
+	// (SPEC 15): "tree" (a prepared working tree), "hit", "miss" (the
+	// mirror fetched what was new) or "cold" (the cache could not serve
+	// it; CacheCold says why). Set on
 	// "running"; empty without a cache.
 	Cache     string `json:"cache,omitempty" msgpack:"cache,omitempty"`
 	CacheCold string `json:"cache_cold,omitempty" msgpack:"cache_cold,omitempty"`

@@ -31,13 +31,44 @@
 // written; a contained agent (SPEC 14) runs as another uid and cannot write
 // them.
 //
+// # Prepared working trees
+//
+// Writing a large repository's files is most of a checkout once the
+// objects are local. With Config.Trees > 0 and the cache running
+// ([Cache.Start] to [Cache.Stop], one goroutine of its own), [Cache.Prepare]
+// (called once a job of repository R was served commit C) makes, in the
+// background, Config.Trees complete checkouts of R at C under
+// trees/<key>/: git init, the mirror's packs borrowed as Link borrows them,
+// origin the repository URL, no credentials, every git command run on
+// this machine with the hardening flags. Each is built under a temporary
+// name (.tmp-*, whose owner holds a flock of <name>.lock) and renamed to
+// <C>.<random>.tree once complete, with a seal (fleet-tree: the commit and
+// the tree's size). Preparing another commit of R removes R's trees of the
+// commit before. With Config.TreeOwner (a contained agent's uid) a tree is
+// given to that uid as it is made, but its packs, and its index refreshed:
+// the job that takes it has nothing to chown, and git nothing to read
+// again. A preparation that fails (a full disk) is logged, and nothing
+// else changes.
+//
+// [Cache.TakeTree] hands one to a job, after its own credentials passed
+// the remote ([LsRemote]): the tree is renamed out of trees/ (to taken/,
+// the claim: two jobs never get one tree), then its entries are renamed
+// into the job's empty working directory, which stays the directory it
+// is. A directory on another filesystem gets none (a tree is moved, never
+// copied). The caller verifies what it got (package workspace: git status
+// must be clean) and drops it otherwise. Opening the cache removes the
+// temporary and half-taken trees whose owner is gone (a worker that died);
+// stopping it cancels a preparation under way and removes what it made.
+//
 // # Concurrency and bounds
 //
 // A mirror is fetched under an exclusive flock of its lock file and read
 // (linked) under a shared one, so jobs on one repository and workers
 // sharing the directory across restarts never see a half-fetched mirror.
-// When the mirrors' total size passes Config.MaxBytes, the least recently
-// used mirrors that no one holds are removed.
+// When the mirrors' and trees' total size passes Config.MaxBytes, the least
+// recently used mirrors that no one holds, and trees, are removed (a
+// mirror's trees with it). A tree counts its files but not its packs,
+// which are the mirror's (hard links).
 //
 // A cache that cannot do its work (a full disk, a failed fetch into the
 // mirror) is an error the caller answers by checking out without the

@@ -241,21 +241,45 @@ func copyFile(src, dst string) error {
 	return os.Rename(tmp, dst)
 }
 
-// evict removes least recently used mirrors, never keep and never one
-// somebody holds, until the mirrors fit in MaxBytes.
+// evict removes least recently used mirrors and trees until they fit in
+// MaxBytes: never the mirror keyed keep, nor one somebody holds. A
+// mirror's trees go with it.
 func (c *Cache) evict(keep string) {
+	all, total := c.evictable()
+	slices.SortFunc(all, func(a, b evictee) int { return a.used.Compare(b.used) })
+	gone := map[string]bool{}
+	for _, e := range all {
+		if total <= c.cfg.MaxBytes {
+			return
+		}
+		switch {
+		case gone[e.tree]:
+		case e.tree != "":
+			c.discard(e.tree)
+			total -= e.size
+		case e.m.key != keep && e.m.dropIdle():
+			total -= e.size
+			for _, t := range c.trees(e.m.key) {
+				c.discard(t.dir)
+				total -= t.bytes
+				gone[t.dir] = true
+			}
+		}
+	}
+}
+
+// evictee is a mirror (tree empty) or a tree that eviction may remove.
+type evictee struct {
+	m    mirror
+	tree string
+	size int64
+	used time.Time
+}
+
+// evictable lists the mirrors and trees, and their total size.
+func (c *Cache) evictable() (all []evictee, total int64) {
 	dir := filepath.Join(c.cfg.Dir, "mirrors")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	type cand struct {
-		m    mirror
-		size int64
-		used time.Time
-	}
-	var all []cand
-	var total int64
+	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		name := e.Name()
 		if !e.IsDir() || !strings.HasSuffix(name, ".git") {
@@ -263,31 +287,34 @@ func (c *Cache) evict(keep string) {
 		}
 		k := strings.TrimSuffix(name, ".git")
 		m := mirror{key: k, dir: filepath.Join(dir, name), lockPath: filepath.Join(dir, k+".lock")}
-		sz := m.size()
-		total += sz
 		var used time.Time
 		if fi, err := os.Stat(filepath.Join(m.dir, usedFile)); err == nil {
 			used = fi.ModTime()
 		}
-		if k != keep {
-			all = append(all, cand{m, sz, used})
+		all = append(all, evictee{m: m, size: m.size(), used: used})
+	}
+	keys, _ := os.ReadDir(filepath.Join(c.cfg.Dir, "trees"))
+	for _, k := range keys {
+		for _, t := range c.trees(k.Name()) {
+			all = append(all, evictee{tree: t.dir, size: t.bytes, used: t.made})
 		}
 	}
-	slices.SortFunc(all, func(a, b cand) int { return a.used.Compare(b.used) })
-	for _, cd := range all {
-		if total <= c.cfg.MaxBytes {
-			return
-		}
-		f, err := os.OpenFile(cd.m.lockPath, os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			continue
-		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			if cd.m.drop() == nil {
-				total -= cd.size
-			}
-			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		}
-		_ = f.Close()
+	for _, e := range all {
+		total += e.size
 	}
+	return all, total
+}
+
+// dropIdle drops m if no one holds it.
+func (m mirror) dropIdle() bool {
+	f, err := os.OpenFile(m.lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return false
+	}
+	defer func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }()
+	return m.drop() == nil
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,12 +34,34 @@ type Config struct {
 	MaxBytes int64
 	// AllowFile allows file:// remotes (tests, single-machine use).
 	AllowFile bool
+	// Trees is how many prepared working trees the cache keeps per
+	// repository, at the commit it served last (0: none). They are made
+	// in the background while the cache runs (Start) and count against
+	// MaxBytes.
+	Trees int
+	// TreeOwner, when positive and the cache runs as root, is the uid
+	// (and gid) prepared trees are given to as they are made: a contained
+	// agent's (SPEC 14). The checkout that takes one then has nothing to
+	// give the agent, and git nothing to read again (a chown changes
+	// every file's ctime, which git checks). Packs stay the cache's.
+	TreeOwner int
+	// Prepared, when set, is told how each preparation of trees ended
+	// (tests and benchmarks wait on it). It is called from the cache's
+	// own goroutine and must not block for long.
+	Prepared func(TreeEvent)
+	// Logger; nil is Nop.
+	Logger *zerolog.Logger
 }
 
-// Cache is a directory of mirrors. It is safe for concurrent use, and
-// several processes may share one directory.
+// Cache is a directory of mirrors and prepared trees. It is safe for
+// concurrent use, and several processes may share one directory. Its
+// background preparation of trees runs from Start to Stop.
 type Cache struct {
-	cfg Config
+	cfg  Config
+	log  zerolog.Logger
+	prep preparer
+	// onBuild, when set, is called as a tree starts being built (tests).
+	onBuild func(ctx context.Context, tmp string)
 }
 
 // Open returns the cache in cfg.Dir.
@@ -49,13 +72,23 @@ func Open(cfg Config) (*Cache, error) {
 	if cfg.MaxBytes < 0 {
 		return nil, errors.New("repocache: Config.MaxBytes must not be negative")
 	}
+	if cfg.Trees < 0 {
+		return nil, errors.New("repocache: Config.Trees must not be negative")
+	}
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "mirrors"), 0o700); err != nil {
 		return nil, fmt.Errorf("repocache: %w", err)
 	}
-	return &Cache{cfg: cfg}, nil
+	c := &Cache{cfg: cfg, log: zerolog.Nop()}
+	if cfg.Logger != nil {
+		c.log = cfg.Logger.With().Str("component", "repocache").Logger()
+	}
+	// Trees half-built or half-taken by a worker that stopped (or died)
+	// are removed; those a live one works in are left alone.
+	c.cleanScratch()
+	return c, nil
 }
 
 // Auth is the git config entry that authenticates to a remote (an
@@ -239,8 +272,8 @@ func (c *Cache) git(ctx context.Context, dir string, auth Auth, args ...string) 
 			msg = strings.ReplaceAll(msg, auth.Value, "[redacted]")
 		}
 		verb := args[0]
-		if verb == "-c" {
-			verb = "fetch"
+		for i := 0; verb == "-c" && i+2 < len(args); i += 2 {
+			verb = args[i+2]
 		}
 		err = fmt.Errorf("repocache: git %s: %w: %s", verb, err, msg)
 		low := strings.ToLower(msg)

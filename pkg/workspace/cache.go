@@ -12,48 +12,62 @@ import (
 // errNoCommit is the reason a ref that names no commit of the remote fails.
 var errNoCommit = errors.New("the ref does not name a commit of the remote")
 
-// fromCache serves the checkout from the repository cache, when there is
-// one and sb's working directory is on this machine: the job's own
-// credentials are put to the remote first (ls-remote, which also resolves
-// the ref), and only then are the mirror's packs linked into the checkout.
-// It returns the commit to check out and done; done false means check out
-// as without a cache (base.CacheCold says why, when the cache failed). An
-// error is a permanent checkout failure the remote gave: credentials
-// refused, no such ref.
-func (w *Workspaces) fromCache(ctx context.Context, sb sandbox.Sandbox, spec Spec, base *Base) (sha string, done bool, err error) {
+// cached is a checkout the repository cache may serve: the commit the
+// remote resolved for the job's own credentials, those credentials, and
+// the sandbox's working directory on this machine.
+type cached struct {
+	sha  string
+	auth repocache.Auth
+	dir  string
+}
+
+// resolveCached puts the job's own credentials to the remote (ls-remote,
+// which also resolves the ref), when there is a cache and sb's working
+// directory is on this machine: nothing of the cache is served before.
+// nil means check out as without a cache (base.CacheCold says why, when
+// the cache failed). An error is a permanent checkout failure the remote
+// gave: credentials refused, no such ref.
+func (w *Workspaces) resolveCached(ctx context.Context, sb sandbox.Sandbox, spec Spec, base *Base) (*cached, error) {
 	hd, ok := sb.(sandbox.HostWorkDir)
 	if w.cfg.Cache == nil || !ok {
-		return "", false, nil
+		return nil, nil
 	}
 	ws := spec.Workspace
 	key, value, err := w.auth(sb, ws.Repo)
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
 	auth := repocache.Auth{Key: key, Value: value}
-	sha, err = w.cfg.Cache.LsRemote(ctx, ws.Repo, ws.Ref, auth)
+	sha, err := w.cfg.Cache.LsRemote(ctx, ws.Repo, ws.Ref, auth)
 	switch {
 	case errors.Is(err, repocache.ErrRefused):
-		return "", false, errors.New(w.refusal(sb, ws.Repo, key != ""))
+		return nil, errors.New(w.refusal(sb, ws.Repo, key != ""))
 	case errors.Is(err, repocache.ErrNoRef):
-		return "", false, errNoCommit
+		return nil, errNoCommit
 	case err != nil:
 		w.cold(base, err)
-		return "", false, nil
+		return nil, nil
 	}
-	hit, err := w.cfg.Cache.Link(ctx, ws.Repo, sha, auth, filepath.Join(hd.HostWorkDir(), ".git", "objects", "pack"))
+	return &cached{sha: sha, auth: auth, dir: hd.HostWorkDir()}, nil
+}
+
+// fromCache links the mirror's packs into the checkout (made by git init
+// in c.dir), the mirror fetching what is new first. done false means check
+// out as without a cache (base.CacheCold says why).
+func (w *Workspaces) fromCache(ctx context.Context, spec Spec, c *cached, base *Base) (done bool, err error) {
+	hit, err := w.cfg.Cache.Link(ctx, spec.Workspace.Repo, c.sha, c.auth, filepath.Join(c.dir, ".git", "objects", "pack"))
 	switch {
 	case errors.Is(err, repocache.ErrNoRef):
-		return "", false, errNoCommit
+		return false, errNoCommit
 	case err != nil:
 		w.cold(base, err)
-		return "", false, nil
+		return false, nil
 	}
 	base.Cache = CacheMiss
 	if hit {
 		base.Cache = CacheHit
 	}
-	return sha, true, nil
+	return true, nil
 }
 
 // cold records that the cache could not serve a checkout, which goes on

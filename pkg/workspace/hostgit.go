@@ -102,7 +102,10 @@ func onHost(sb sandbox.Sandbox, c gitCall) (string, bool) {
 
 // ChownLike gives everything under root not owned by ref's owner to it:
 // what the worker writes into a contained sandbox's checkout (its git, a
-// restored setup environment) becomes the agent uid's. Nothing to do for a
+// restored setup environment) becomes the agent uid's. Files with more
+// than one link are left alone: the packs a checkout borrows from the
+// repository cache are its hard links, and chowning one would give the
+// agent the cache's copy. Nothing to do for a
 // worker that is not root (it cannot, and its sandbox files are its own).
 func ChownLike(root, ref string) error {
 	if os.Geteuid() != 0 {
@@ -125,7 +128,13 @@ func ChownLike(root, ref string) error {
 		if err != nil {
 			return err
 		}
-		if s, ok := info.Sys().(*syscall.Stat_t); ok && (int(s.Uid) != uid || int(s.Gid) != gid) {
+		s, ok := info.Sys().(*syscall.Stat_t)
+		if ok && d.Type().IsRegular() && s.Nlink > 1 {
+			// A hard link of the repository cache's (its packs): the
+			// cache's own file, never the agent's to write.
+			return nil
+		}
+		if ok && (int(s.Uid) != uid || int(s.Gid) != gid) {
 			return os.Lchown(p, uid, gid)
 		}
 		return nil

@@ -78,7 +78,8 @@ type Base struct {
 	Spec     Spec
 	StartSHA string
 	Branch   string
-	// Cache says how the repository cache served the checkout: CacheHit,
+	// Cache says how the repository cache served the checkout: CacheTree
+	// (a prepared working tree), CacheHit (the mirror's objects),
 	// CacheMiss (the mirror fetched what was new), or "" with no cache;
 	// CacheCold says why the cache could not serve it.
 	Cache     string
@@ -87,6 +88,7 @@ type Base struct {
 
 // Base.Cache values.
 const (
+	CacheTree = "tree"
 	CacheHit  = "hit"
 	CacheMiss = "miss"
 	CacheCold = "cold"
@@ -97,6 +99,11 @@ const (
 // commit, start_sha. The checkout holds the repository and nothing of the
 // fleet's; its origin remote is the repository URL, which never carries
 // credentials.
+//
+// With a repository cache (Config.Cache) and a sandbox whose directory is
+// on this machine, the job's credentials are put to the remote first; only
+// then is a prepared working tree of the commit taken (Base.Cache
+// CacheTree) or the mirror's objects linked (CacheHit, CacheMiss).
 //
 // Credentials for the remote are handed to the one fetch process over its
 // stdin and live only in that process's environment while it runs; they are
@@ -117,6 +124,20 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 		return fail(true, "file:// remotes are not allowed on this worker (--workspace-allow-file)")
 	}
 	base := Base{Spec: spec, Branch: ws.WorkBranch(spec.Tenant, spec.ID)}
+	c, err := w.resolveCached(ctx, sb, spec, &base)
+	if err != nil {
+		return fail(true, err.Error())
+	}
+	if c != nil {
+		b, done, err := w.fromTree(ctx, sb, spec, c, base)
+		if err != nil {
+			return fail(false, err.Error())
+		}
+		if done {
+			w.cfg.Cache.Prepare(ws.Repo, c.sha) // the next job's
+			return b, nil
+		}
+	}
 	if _, err := w.mustGit(ctx, sb, "init", "init", "-q"); err != nil {
 		return fail(false, err.Error())
 	}
@@ -132,10 +153,16 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 	if ref == "" {
 		ref = "HEAD"
 	}
-	if sha, done, err := w.fromCache(ctx, sb, spec, &base); err != nil {
-		return fail(true, err.Error())
-	} else if done {
-		return w.finishCheckout(ctx, sb, base, sha, fail)
+	if c != nil {
+		if done, err := w.fromCache(ctx, spec, c, &base); err != nil {
+			return fail(true, err.Error())
+		} else if done {
+			b, err := w.finishCheckout(ctx, sb, base, c.sha, fail)
+			if err == nil {
+				w.cfg.Cache.Prepare(ws.Repo, c.sha) // the next job's
+			}
+			return b, err
+		}
 	}
 	args := []string{"fetch", "-q", "--no-tags", "--no-recurse-submodules"}
 	if d := ws.CloneDepth(); d > 0 {
@@ -143,7 +170,6 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 	}
 	args = append(args, "origin", ref)
 	call := gitCall{step: "fetch", args: args, network: true}
-	var err error
 	if call.authKey, call.authValue, err = w.auth(sb, ws.Repo); err != nil {
 		return fail(true, err.Error())
 	}
