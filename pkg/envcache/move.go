@@ -162,12 +162,12 @@ func moveInto(src, workdir string, items []item) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(sfd) //nolint:errcheck // read only
+	defer unix.Close(sfd) // read only
 	dfd, err := unix.Open(workdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd) //nolint:errcheck // read only
+	defer unix.Close(dfd) // read only
 	return merge(sfd, dfd, src, "", dirModes)
 }
 
@@ -214,12 +214,12 @@ func descend(srcFd, dstFd int, srcPath, rel string, dirModes map[string]fs.FileM
 	if err != nil {
 		return fmt.Errorf("%s: %w", rel, err)
 	}
-	defer unix.Close(s) //nolint:errcheck // read only
+	defer unix.Close(s) // read only
 	d, err := unix.Openat(dstFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", rel, err)
 	}
-	defer unix.Close(d) //nolint:errcheck // read only
+	defer unix.Close(d) // read only
 	if err := merge(s, d, srcPath, rel, dirModes); err != nil {
 		return err
 	}

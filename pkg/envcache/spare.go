@@ -214,7 +214,7 @@ func (c *Cache) prepare(ctx context.Context, key string) (int, error) {
 	}
 	keyDir := filepath.Join(c.cfg.Dir, sparesDir, key)
 	tmp := filepath.Join(keyDir, ".tmp-"+random())
-	defer os.RemoveAll(tmp) //nolint:errcheck // gone once renamed; else a leftover Open removes
+	defer os.RemoveAll(tmp) // gone once renamed; else a leftover Open removes
 	if err := os.MkdirAll(filepath.Join(tmp, "files"), 0o700); err != nil {
 		return 0, fmt.Errorf("envcache: preparing a copy: %w", err)
 	}
@@ -292,7 +292,7 @@ func (c *Cache) restoreSpare(key, workdir string, manifest []byte, items []item)
 	if claimed == "" {
 		return Result{}, false
 	}
-	defer os.RemoveAll(claimed) //nolint:errcheck // what was not moved
+	defer os.RemoveAll(claimed) // what was not moved
 	err := checkSpare(claimed, c.entry(key), manifest, items)
 	if err == nil {
 		err = moveInto(filepath.Join(claimed, "files"), workdir, items)

@@ -70,9 +70,9 @@ func lockFile(name string, nonblock bool) (_ *os.File, ok bool, err error) {
 		}
 		return nil, false, fmt.Errorf("repocache: %w", err)
 	}
-	held, err1 := f.Stat()
-	named, err2 := os.Stat(name)
-	if err1 != nil || err2 != nil || !os.SameFile(held, named) {
+	// A lock on a file someone removed (or replaced) since it was opened
+	// guards nothing: not locked, as when another holds it.
+	if !stillNamed(f, name) {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		_ = f.Close()
 		return nil, false, nil
@@ -121,4 +121,14 @@ func sameDevice(a, b string) bool {
 	da, ok1 := sa.Sys().(*syscall.Stat_t)
 	db, ok2 := sb.Sys().(*syscall.Stat_t)
 	return ok1 && ok2 && da.Dev == db.Dev
+}
+
+// stillNamed reports whether name still names the open file f.
+func stillNamed(f *os.File, name string) bool {
+	held, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	named, err := os.Stat(name)
+	return err == nil && os.SameFile(held, named)
 }
