@@ -43,7 +43,7 @@ soak: ## chaos run: 1,000 jobs, worker SIGKILLs, a NATS restart past the ack wai
 soak/short: ## the soak with 40 jobs (`make test` runs 24)
 	set -o pipefail; SOAK_JOBS=40 $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 15m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'
 
-bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
+bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline (the asynq baseline needs redis-server)
 	@log=$$(mktemp); \
 	if $(GO) test -run '^$$' -bench 'BenchmarkFleet|BenchmarkGatewayLatency' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
 		grep -E '^([a-z_0-9]+ [0-9.]+ [a-zA-Z/]+|# .*)$$' $$log; echo "(full output: $$log)"; \
