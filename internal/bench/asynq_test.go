@@ -55,6 +55,16 @@ func asynqBaseline(t testing.TB, d dispatchShape, argv []string) asynqResult {
 	c.Stderr = os.Stderr
 	require.NoError(t, c.Run(), "go build internal/bench/asynqbase")
 	rds, addr := startRedis(t, redisBin, dir)
+	// Stopped once done: idle, it would still cost the fleet's run CPU.
+	defer func() {
+		_ = rds.Process.Signal(os.Interrupt)
+		select {
+		case <-rds.exited:
+		case <-time.After(30 * time.Second):
+			_ = rds.Process.Kill()
+			<-rds.exited
+		}
+	}()
 
 	args := append([]string{"-redis", addr, "-jobs", strconv.Itoa(d.jobs), "-concurrency", strconv.Itoa(d.slots),
 		"-prompt", d.prompt(), "--"}, argv...)
