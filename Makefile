@@ -43,7 +43,7 @@ soak: ## chaos run: 1,000 jobs, worker SIGKILLs, a NATS restart past the ack wai
 soak/short: ## the soak with 40 jobs (`make test` runs 24)
 	set -o pipefail; SOAK_JOBS=40 $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 15m ./internal/soak/ | grep -E '^(soak:|---|ok|FAIL|\s+soak_test)'
 
-bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline
+bench: ## fleet benchmarks: one figure per line (name value unit), each beside its baseline (the asynq baseline needs redis-server)
 	@log=$$(mktemp); \
 	if $(GO) test -run '^$$' -bench 'BenchmarkFleet|BenchmarkGatewayLatency' -benchtime 1x -timeout 30m ./internal/bench/ > $$log 2>&1; then \
 		grep -E '^([a-z_0-9]+ [0-9.]+ [a-zA-Z/]+|# .*)$$' $$log; echo "(full output: $$log)"; \
@@ -60,6 +60,12 @@ bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 line
 			grep -E '^(# dispatch|dispatch_|fleet_|baseline_spawn|host_|floor_)' $$log; \
 		else cat $$log; exit 1; fi; \
 	done
+
+bench/fleet: ## jobs/s and CPU per job with 1, 4 and 16 worker processes (16 slots in all) on one nats-server and on a 3-node cluster, BENCH_FLEET_JOBS (10,000) jobs each
+	@log=$$(mktemp); \
+	if $(GO) test -run '^$$' -bench '^BenchmarkWorkerShapes$$' -benchtime 1x -timeout 180m ./internal/bench/ > $$log 2>&1; then \
+		grep -E '^([a-z_0-9]+ [0-9.]+ [a-zA-Z/]+|# .*)$$' $$log; echo "(full output: $$log)"; \
+	else cat $$log; exit 1; fi
 
 bench/failover: ## the stall after each kind of leader kill on a 3-node cluster, p50/max over FLEET_FAILOVER_KILLS (10) kills each
 	@$(GO) test -run '^$$' -bench BenchmarkClusterFailover -benchtime 1x -timeout 60m ./internal/e2e/ | grep -E '^failover_'
@@ -87,4 +93,4 @@ up: ## docker compose up (needs a Docker engine)
 down: ## docker compose down
 	docker compose down
 
-.PHONY: bench/failover cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down
+.PHONY: bench/failover bench/fleet cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down

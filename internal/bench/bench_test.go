@@ -390,6 +390,8 @@ type dispatchResult struct {
 	// floor: the same number of jobs as bare clients exchanging only the
 	// messages a job needs, on the same server (jobFloor).
 	floor floorResult
+	// asynq: the same jobs on asynq and Redis (asynq_test.go).
+	asynq asynqResult
 }
 
 // fileCreateCPU measures the CPU (of the calling thread) that creating an
@@ -462,6 +464,7 @@ func dispatch(t testing.TB, d dispatchShape) (r dispatchResult) {
 	wg.Wait()
 	r.baseRate = float64(d.jobs) / time.Since(start).Seconds()
 	r.baseCPU = cpuTime(t) - cpu0
+	r.asynq = asynqBaseline(t, d, argv) // the same jobs on asynq, between the bare spawns and the fleet
 
 	fp := startFleetProcs(t, d.slots, d.storage)
 	r.createUS[0] = fileCreateCPU(t, fp.dataDir)
@@ -705,6 +708,7 @@ func BenchmarkFleet(b *testing.B) {
 		figure("dispatch_jobs_per_s", r.fleetRate, "jobs/s")
 		figure("dispatch_baseline_jobs_per_s", r.baseRate, "jobs/s")
 		figure("dispatch_ratio", r.fleetRate/r.baseRate, "ratio")
+		printAsynq(r)
 		figure("fleet_cpu_ms_per_job", r.fleetCPUms(), "ms")
 		figure("worker_cpu_ms_per_job", perJob(r.cpu.worker, r.jobs), "ms")
 		figure("dispatcher_cpu_ms_per_job", perJob(r.cpu.dispatcher, r.jobs), "ms")

@@ -30,13 +30,16 @@ import (
 // harness that submits jobs and watches their statuses.
 type fleetProcs struct {
 	nats, dispatcher, worker *proc
-	nc                       *nats.Conn
-	js                       jetstream.JetStream
-	names                    protocol.Names
-	workerPprof, dispPprof   string
-	natsProfile              string
-	natsMonitor              string
-	dataDir                  string // the file:// storage of dispatcher and worker (if not nats://)
+	// natsPeers are a cluster's other nodes, workers every worker
+	// (worker is the first): make bench/fleet's shapes (fleetOpts).
+	natsPeers, workers     []*proc
+	nc                     *nats.Conn
+	js                     jetstream.JetStream
+	names                  protocol.Names
+	workerPprof, dispPprof string
+	natsProfile            string
+	natsMonitor            string
+	dataDir                string // the file:// storage of dispatcher and worker (if not nats://)
 }
 
 type binaries struct{ nats, dispatcher, worker, agent string }
@@ -209,10 +212,25 @@ func httpOK(url string) bool {
 // storage ("file", in dataDir, or "nats": the server's KV and Object Store)
 // and waits until the worker is ready.
 func startFleetProcs(t testing.TB, slots int, storage string) *fleetProcs {
+	return startFleet(t, slots, storage, fleetOpts{})
+}
+
+// fleetOpts shape the fleet beyond its slots and storage (make bench/fleet).
+type fleetOpts struct {
+	workers int  // worker processes, each with the slots; 0 is 1
+	cluster bool // three nats-server nodes, the streams R3 (--replicas 3)
+}
+
+// startFleet is startFleetProcs with o.workers workers and, with
+// o.cluster, a 3-node cluster (startNATSCluster) instead of one server.
+func startFleet(t testing.TB, slots int, storage string, o fleetOpts) *fleetProcs {
 	bins := buildBins(t)
 	dir := t.TempDir()
 	fp := &fleetProcs{names: protocol.NewNames("")}
 	profiling := os.Getenv("BENCH_PROFILE_DIR") != ""
+	if o.cluster {
+		return startFleetOn(t, fp, bins, dir, startNATSCluster(t, fp, bins.nats, dir), slots, storage, o, profiling)
+	}
 	// nats-server picks its own ports and writes them to a file, so no
 	// other process can take one between the harness's pick and its bind.
 	portsDir := filepath.Join(dir, "ports")
@@ -249,7 +267,12 @@ func startFleetProcs(t testing.TB, slots int, storage string) *fleetProcs {
 		_, err = js.AccountInfo(ctx)
 		return err == nil
 	}))
+	return startFleetOn(t, fp, bins, dir, url, slots, storage, o, profiling)
+}
 
+// startFleetOn starts the dispatcher and o.workers workers on the
+// server(s) at url (comma-separated on a cluster).
+func startFleetOn(t testing.TB, fp *fleetProcs, bins binaries, dir, url string, slots int, storage string, o fleetOpts, profiling bool) *fleetProcs {
 	fp.dataDir = filepath.Join(dir, "data")
 	storeURL := "file://" + fp.dataDir
 	if storage == "nats" {
@@ -260,7 +283,10 @@ func startFleetProcs(t testing.TB, slots int, storage string) *fleetProcs {
 	fp.dispatcher = startServing(t, "dispatcher", filepath.Join(dir, "dispatcher.log"), bins.dispatcher, func() []string {
 		dispHTTP = freePort(t)
 		dargs := []string{"serve", "--nats-url", url, "--storage", storeURL, "--http", dispHTTP,
-			"--max-concurrency", strconv.Itoa(max(64, slots))}
+			"--max-concurrency", strconv.Itoa(max(64, slots*max(1, o.workers)))}
+		if o.cluster {
+			dargs = append(dargs, "--replicas", "3")
+		}
 		if profiling {
 			fp.dispPprof = freePort(t)
 			dargs = append(dargs, "--pprof", fp.dispPprof)
@@ -273,6 +299,12 @@ func startFleetProcs(t testing.TB, slots int, storage string) *fleetProcs {
 		pprof = &fp.workerPprof
 	}
 	fp.worker = startWorker(t, bins.worker, bins.agent, dir, url, storeURL, slots, pprof)
+	fp.workers = []*proc{fp.worker}
+	for i := 1; i < o.workers; i++ {
+		wdir := filepath.Join(dir, "worker-"+strconv.Itoa(i))
+		require.NoError(t, os.Mkdir(wdir, 0o755))
+		fp.workers = append(fp.workers, startWorker(t, bins.worker, bins.agent, wdir, url, storeURL, slots, nil))
+	}
 
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
@@ -301,12 +333,21 @@ func procCPU(t testing.TB, pid int) time.Duration {
 
 type cpuSample struct{ nats, dispatcher, worker time.Duration }
 
+// cpu is the fleet's CPU so far by kind of process: every nats-server
+// node and every worker summed.
 func (fp *fleetProcs) cpu(t testing.TB) cpuSample {
-	return cpuSample{
+	s := cpuSample{
 		nats:       procCPU(t, fp.nats.Process.Pid),
 		dispatcher: procCPU(t, fp.dispatcher.Process.Pid),
 		worker:     procCPU(t, fp.worker.Process.Pid),
 	}
+	for _, p := range fp.natsPeers {
+		s.nats += procCPU(t, p.Process.Pid)
+	}
+	for _, p := range fp.workers[min(1, len(fp.workers)):] {
+		s.worker += procCPU(t, p.Process.Pid)
+	}
+	return s
 }
 
 // submit publishes a job the way a producer does (JetStream publish with
