@@ -263,10 +263,21 @@ func (c *Cache) giveTree(ctx context.Context, work string) error {
 	return chownTree(work, uid)
 }
 
-// chownTree gives what under work is not uid's to uid (and its group),
-// but files with other links (the packs).
+// chownTree gives a tree to uid (and the group of that number).
 func chownTree(work string, uid int) error {
-	err := filepath.WalkDir(work, func(p string, d fs.DirEntry, err error) error {
+	if err := GiveTo(work, uid, uid); err != nil {
+		return fmt.Errorf("repocache: giving a tree to uid %d: %w", uid, err)
+	}
+	return nil
+}
+
+// GiveTo gives everything under root that is not uid:gid's to uid:gid,
+// but regular files with more than one link: the packs a checkout or a
+// tree borrows from the cache are its hard links, and chowning one would
+// give the new owner (a contained agent) the cache's own copy. Links are
+// chowned themselves, never followed.
+func GiveTo(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -275,15 +286,11 @@ func chownTree(work string, uid int) error {
 			return err
 		}
 		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok || (d.Type().IsRegular() && st.Nlink > 1) || (int(st.Uid) == uid && int(st.Gid) == uid) {
+		if !ok || (d.Type().IsRegular() && st.Nlink > 1) || (int(st.Uid) == uid && int(st.Gid) == gid) {
 			return nil
 		}
-		return os.Lchown(p, uid, uid)
+		return os.Lchown(p, uid, gid)
 	})
-	if err != nil {
-		return fmt.Errorf("repocache: giving a tree to uid %d: %w", uid, err)
-	}
-	return nil
 }
 
 // treeBytes is what a tree adds to the cache: every file but the packs,

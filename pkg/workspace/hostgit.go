@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentfleet/agentfleet/pkg/repocache"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 
@@ -105,7 +105,7 @@ func onHost(sb sandbox.Sandbox, c gitCall) (string, bool) {
 // restored setup environment) becomes the agent uid's. Files with more
 // than one link are left alone: the packs a checkout borrows from the
 // repository cache are its hard links, and chowning one would give the
-// agent the cache's copy. Nothing to do for a
+// agent the cache's copy (repocache.GiveTo). Nothing to do for a
 // worker that is not root (it cannot, and its sandbox files are its own).
 func ChownLike(root, ref string) error {
 	if os.Geteuid() != 0 {
@@ -119,24 +119,5 @@ func ChownLike(root, ref string) error {
 	if !ok || int(sys.Uid) == os.Geteuid() {
 		return nil
 	}
-	uid, gid := int(sys.Uid), int(sys.Gid)
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		s, ok := info.Sys().(*syscall.Stat_t)
-		if ok && d.Type().IsRegular() && s.Nlink > 1 {
-			// A hard link of the repository cache's (its packs): the
-			// cache's own file, never the agent's to write.
-			return nil
-		}
-		if ok && (int(s.Uid) != uid || int(s.Gid) != gid) {
-			return os.Lchown(p, uid, gid)
-		}
-		return nil
-	})
+	return repocache.GiveTo(root, int(sys.Uid), int(sys.Gid))
 }
