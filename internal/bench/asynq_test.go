@@ -56,15 +56,7 @@ func asynqBaseline(t testing.TB, d dispatchShape, argv []string) asynqResult {
 	require.NoError(t, c.Run(), "go build internal/bench/asynqbase")
 	rds, addr := startRedis(t, redisBin, dir)
 	// Stopped once done: idle, it would still cost the fleet's run CPU.
-	defer func() {
-		_ = rds.Process.Signal(os.Interrupt)
-		select {
-		case <-rds.exited:
-		case <-time.After(30 * time.Second):
-			_ = rds.Process.Kill()
-			<-rds.exited
-		}
-	}()
+	defer rds.stop()
 
 	args := append([]string{"-redis", addr, "-jobs", strconv.Itoa(d.jobs), "-concurrency", strconv.Itoa(d.slots),
 		"-prompt", d.prompt(), "--"}, argv...)
@@ -82,13 +74,8 @@ func asynqBaseline(t testing.TB, d dispatchShape, argv []string) asynqResult {
 	exited := make(chan struct{}) // closed once it has exited; its failures show in its output
 	go func() { _ = prog.Wait(); close(exited) }()
 	defer func() {
-		_ = stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = prog.Process.Kill()
-			<-exited
-		}
+		_ = stdin.Close() // it ends at the end of its input
+		waitOrKill(prog.Process, exited)
 	}()
 	out := bufio.NewScanner(stdout)
 	expect := func(prefix string) string {

@@ -79,16 +79,26 @@ func startProc(t testing.TB, name, log string, bin string, args ...string) *proc
 	p := &proc{Cmd: c, name: name, log: log, exited: make(chan struct{})}
 	go func() { p.err = c.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
-		_ = c.Process.Signal(os.Interrupt)
-		select {
-		case <-p.exited:
-		case <-time.After(30 * time.Second):
-			_ = c.Process.Kill()
-			<-p.exited
-		}
+		p.stop()
 		_ = f.Close()
 	})
 	return p
+}
+
+// stop interrupts p and waits until it has exited (killing it after 30 s).
+func (p *proc) stop() {
+	_ = p.Process.Signal(os.Interrupt)
+	waitOrKill(p.Process, p.exited)
+}
+
+// waitOrKill waits until exited is closed, killing process after 30 s.
+func waitOrKill(process *os.Process, exited <-chan struct{}) {
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = process.Kill()
+		<-exited
+	}
 }
 
 // errExited is waitReady's error for a process that exited first.
