@@ -95,8 +95,7 @@ func Open(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("envcache: %w", err)
 	}
 	c := &Cache{cfg: cfg}
-	c.prep.c = c
-	c.prep.life.Name = "envcache"
+	c.prep.Name = "envcache"
 	if err := c.takeOpenLock(); err != nil {
 		return nil, err
 	}
@@ -163,7 +162,7 @@ func (c *Cache) Save(ctx context.Context, key, workdir string, paths []string) (
 	}
 	if _, err := os.Stat(filepath.Join(c.entry(key), manifestFile)); err == nil {
 		touch(c.entry(key))
-		c.prep.want(key)
+		c.want(key)
 		return Result{}, nil
 	}
 	tmp := filepath.Join(c.cfg.Dir, ".tmp-"+random())
@@ -180,7 +179,7 @@ func (c *Cache) Save(ctx context.Context, key, workdir string, paths []string) (
 	}
 	touch(c.entry(key))
 	c.evict(key)
-	c.prep.want(key)
+	c.want(key)
 	return res, nil
 }
 

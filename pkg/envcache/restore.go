@@ -47,7 +47,7 @@ func (c *Cache) Restore(ctx context.Context, key, workdir string) (Result, error
 	if err == nil {
 		if res, ok := c.restoreSpare(key, workdir, manifest, items); ok {
 			touch(dir)
-			c.prep.want(key)
+			c.want(key)
 			return res, nil
 		}
 		err = verify(dir, items)
@@ -63,7 +63,7 @@ func (c *Cache) Restore(ctx context.Context, key, workdir string) (Result, error
 	if errors.Is(err, ErrCorrupt) {
 		c.drop(key)
 	} else {
-		c.prep.want(key)
+		c.want(key)
 	}
 	if err != nil {
 		return Result{}, err

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfleet/agentfleet/internal/startstop"
+	"github.com/agentfleet/agentfleet/internal/keyqueue"
 )
 
 // Prepared copies live in <Dir>/spares/<key>/<random>, each a "files"
@@ -54,63 +54,37 @@ type Event struct {
 	Err   error
 }
 
-// preparer is the Cache's background work: one goroutine that makes
-// prepared copies of the keys it is asked for, one at a time.
+// preparer is the Cache's background work: a keyqueue.Queue whose one
+// goroutine makes prepared copies of the keys it is asked for, one at a
+// time, and the channel of events it reports on.
 type preparer struct {
-	c      *Cache
-	life   startstop.Base
+	keyqueue.Queue[struct{}]
 	mu     sync.Mutex
-	queued map[string]bool
-	order  []string
 	events chan Event
-	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // Start begins preparing copies (nothing to do with Config.Spares
 // NoSpares); Save and Restore ask for them from then on.
 func (c *Cache) Start(ctx context.Context) error {
-	p := &c.prep
-	return p.life.Start(ctx, func(context.Context) error {
-		if c.cfg.Spares == 0 {
-			p.done = make(chan struct{})
-			close(p.done)
-			p.cancel = func() {}
-			return nil
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		p.mu.Lock()
-		p.cancel, p.done = cancel, make(chan struct{})
-		p.queued, p.wake = map[string]bool{}, make(chan struct{}, 1)
-		p.mu.Unlock()
-		go p.loop(ctx)
-		return nil
-	})
+	return c.prep.Start(ctx, func(ctx context.Context, key string, _ struct{}) { c.prepareSpares(ctx, key) })
 }
 
 // Stop cancels the preparation under way (its temporary copy is removed)
 // and waits for it, bounded by ctx. The Cache still saves and restores
 // afterwards, by copying.
 func (c *Cache) Stop(ctx context.Context) error {
-	p := &c.prep
 	defer c.releaseOpenLock()
-	return p.life.Stop(ctx, func(ctx context.Context) error {
-		p.cancel()
-		select {
-		case <-p.done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("envcache: a preparation still running at stop: %w", ctx.Err())
-		}
-	})
+	if err := c.prep.Stop(ctx); err != nil {
+		return fmt.Errorf("envcache: a preparation still running at stop: %w", err)
+	}
+	return nil
 }
 
 // Started is closed once Start succeeded.
-func (c *Cache) Started() <-chan struct{} { return c.prep.life.Started() }
+func (c *Cache) Started() <-chan struct{} { return c.prep.Started() }
 
 // Stopped is closed once Stop finished.
-func (c *Cache) Stopped() <-chan struct{} { return c.prep.life.Stopped() }
+func (c *Cache) Stopped() <-chan struct{} { return c.prep.Stopped() }
 
 // Events returns a channel of the cache's events (buffered; events are
 // dropped when it is full). Call it before Start.
@@ -139,52 +113,25 @@ func (p *preparer) emit(ev Event) {
 
 // want asks for key's prepared copies to be made up to Config.Spares.
 // Nothing happens unless the cache is started.
-func (p *preparer) want(key string) {
-	if p.c.cfg.Spares == 0 || !p.life.Running() {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.queued == nil || p.queued[key] {
-		return
-	}
-	p.queued[key] = true
-	p.order = append(p.order, key)
-	select {
-	case p.wake <- struct{}{}:
-	default:
+func (c *Cache) want(key string) {
+	if c.cfg.Spares > 0 {
+		c.prep.Put(key, struct{}{})
 	}
 }
 
-func (p *preparer) loop(ctx context.Context) {
-	defer close(p.done)
-	for {
-		p.mu.Lock()
-		var key string
-		if len(p.order) > 0 {
-			key, p.order = p.order[0], p.order[1:]
-			delete(p.queued, key)
-		}
-		p.mu.Unlock()
-		if key == "" {
-			select {
-			case <-p.wake:
-				continue
-			case <-ctx.Done():
-				return
+// prepareSpares makes key's prepared copies until there are
+// Config.Spares, reporting each.
+func (c *Cache) prepareSpares(ctx context.Context, key string) {
+	for ctx.Err() == nil && len(c.spares(key)) < c.cfg.Spares {
+		t0 := time.Now()
+		files, err := c.prepare(ctx, key)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.prep.emit(Event{Kind: EventPrepareFailed, Key: key, Err: err})
 			}
+			return
 		}
-		for ctx.Err() == nil && len(p.c.spares(key)) < p.c.cfg.Spares {
-			t0 := time.Now()
-			files, err := p.c.prepare(ctx, key)
-			if err != nil {
-				if ctx.Err() == nil {
-					p.emit(Event{Kind: EventPrepareFailed, Key: key, Err: err})
-				}
-				break
-			}
-			p.emit(Event{Kind: EventPrepared, Key: key, Took: time.Since(t0), Files: files})
-		}
+		c.prep.emit(Event{Kind: EventPrepared, Key: key, Took: time.Since(t0), Files: files})
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/agentfleet/internal/keyqueue"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
@@ -59,7 +60,7 @@ type Config struct {
 type Cache struct {
 	cfg  Config
 	log  zerolog.Logger
-	prep preparer
+	prep keyqueue.Queue[treeReq] // the trees' preparation (preparer.go)
 	// onBuild, when set, is called as a tree starts being built (tests).
 	onBuild func(ctx context.Context, tmp string)
 }
