@@ -310,15 +310,20 @@ func Eventually(t testing.TB, d time.Duration, cond func() bool, what string) {
 // PublishJob publishes a job directly on fleet.jobs.<tenant>, as any client would.
 func (f *Fleet) PublishJob(tenant string, body []byte, hdr map[string]string) {
 	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := f.JS.PublishMsg(ctx, f.jobMsg(tenant, body, hdr))
+	require.NoError(f.t, err)
+}
+
+// jobMsg is a job's message on tenant's jobs subject, with headers hdr.
+func (f *Fleet) jobMsg(tenant string, body []byte, hdr map[string]string) *nats.Msg {
 	m := nats.NewMsg(f.Names.JobSubject(tenant))
 	m.Data = body
 	for k, v := range hdr {
 		m.Header.Set(k, v)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := f.JS.PublishMsg(ctx, m)
-	require.NoError(f.t, err)
+	return m
 }
 
 // SubmitJSON publishes {"id","prompt"} directly with Nats-Msg-Id. A publish
@@ -331,11 +336,8 @@ func (f *Fleet) SubmitJSON(tenant, id, prompt string) {
 	require.NoError(f.t, err)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		m := nats.NewMsg(f.Names.JobSubject(tenant))
-		m.Data = b
-		m.Header.Set(protocol.HeaderMsgID, id)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := f.JS.PublishMsg(ctx, m)
+		_, err := f.JS.PublishMsg(ctx, f.jobMsg(tenant, b, map[string]string{protocol.HeaderMsgID: id}))
 		cancel()
 		if err == nil {
 			return
