@@ -5,7 +5,7 @@ package main
 
 import (
 	"fmt"
-	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"net/url"
 	"os"
 	"slices"

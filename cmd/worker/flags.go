@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet/internal/config"
-	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/session"
 )
 

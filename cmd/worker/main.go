@@ -11,9 +11,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/gctune"
 	"github.com/agentfleet/agentfleet/internal/procscrub"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 

@@ -1,6 +1,6 @@
 package main
 
-// The model gateway (SPEC 13, internal/gateway): the worker's model
+// The model gateway (SPEC 13, pkg/gateway): the worker's model
 // credential stays in the worker; each run's agent gets the gateway's URL
 // and a token of its own.
 
@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 

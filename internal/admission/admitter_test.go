@@ -13,8 +13,8 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 )
 
 // TestStartRidesOutNoSuitablePeers: the meta leader of a cluster cannot
@@ -63,7 +63,7 @@ func TestStartRidesOutNoSuitablePeers(t *testing.T) {
 }
 
 // TestLifecycle: the admitter answers as every service does
-// (internal/startstop): a second Start is refused, Stop hands the lease
+// (pkg/startstop): a second Start is refused, Stop hands the lease
 // back (another admitter need not wait for it to expire), a second Stop returns the
 // first's result, and a stopped admitter does not start again.
 func TestLifecycle(t *testing.T) {

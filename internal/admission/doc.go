@@ -136,7 +136,7 @@
 //
 // # Lifecycle
 //
-// Admitter uses internal/startstop: Start returns once the buckets are
+// Admitter uses pkg/startstop: Start returns once the buckets are
 // open, the settings loaded and the goroutines running (a Start that fails
 // undoes what it began and may be retried); Stop hands the lease back and
 // waits for every goroutine; a second Start, a Start after Stop and a

@@ -14,9 +14,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
@@ -127,7 +127,7 @@ func New(cfg Config) (*Service, error) {
 
 // Start creates (or finds) the durable consumer and starts consuming. The
 // streams must exist (the dispatcher provisions them first). A second
-// Start, or one after Stop, is refused (internal/startstop).
+// Start, or one after Stop, is refused (pkg/startstop).
 func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
 
 // Stop stops consuming and waits for the batches in flight, bounded by

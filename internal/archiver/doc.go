@@ -6,7 +6,7 @@
 // only until the stream acknowledges it, and stores to storage only the
 // lines that never reached the stream (spilled to its disk while NATS was
 // away, then put as chunks). The archiver, which `dispatcher serve` builds,
-// starts and stops (the internal/startstop lifecycle), turns the stream
+// starts and stops (the pkg/startstop lifecycle), turns the stream
 // into transcripts:
 //
 //   - it reads the status events with one durable consumer ("archiver") that

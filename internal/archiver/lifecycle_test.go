@@ -10,13 +10,13 @@ import (
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
 // TestLifecycle: the archiver answers as every service does
-// (internal/startstop): a second Start is refused, Stop closes Stopped, a
+// (pkg/startstop): a second Start is refused, Stop closes Stopped, a
 // second Stop is fine, and a stopped archiver does not start again.
 func TestLifecycle(t *testing.T) {
 	_, nc, js := natstest.RunJetStream(t)

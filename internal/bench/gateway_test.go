@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentfleet/agentfleet/internal/gateway/gatewaybench"
+	"github.com/agentfleet/agentfleet/internal/gatewaybench"
 )
 
 // BenchmarkGatewayLatency is the model gateway's cost (SPEC 13): the time

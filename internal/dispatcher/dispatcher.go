@@ -12,8 +12,8 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 

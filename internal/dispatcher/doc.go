@@ -34,5 +34,5 @@
 //
 // The command that builds the Service (cmd/dispatcher serve) starts and
 // stops it, and no part of it: the rule is that whoever builds a service
-// starts and stops it (internal/startstop).
+// starts and stops it (pkg/startstop).
 package dispatcher

@@ -2,7 +2,7 @@ package e2e
 
 // Model metering of Cloudflare sandboxes (SPEC 13), with the real Claude
 // Code CLI in the Go fake of the bridge: the fake holds the key and meters
-// at its egress (internal/gateway behind the bridge's /model routes), the
+// at its egress (pkg/gateway behind the bridge's /model routes), the
 // worker opens the run on the bridge, publishes the calls it reads as
 // .model events, reports their sum, and ends a capped run failed / budget.
 

@@ -10,9 +10,9 @@ import (
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
 	"github.com/agentfleet/agentfleet/internal/claudetest"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
-	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/warm"
 )

@@ -1,12 +1,15 @@
 // Command shapecheck reports the places where the code outgrows the shape
 // the project holds itself to: production files over 600 lines, functions
-// over 100 lines and types with more than 25 methods. `make lint` runs it;
-// it exits 1 when it finds any.
+// over 100 lines, types with more than 25 methods, and production files
+// under pkg/ that import the module's internal/ packages (a package others
+// may import must not depend on one they cannot). `make lint` runs it; it
+// exits 1 when it finds any.
 //
 //	go run ./internal/shapecheck [dir]
 package main
 
 import (
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -15,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -50,7 +54,11 @@ func check(root string) ([]string, error) {
 	var problems []string
 	methods := map[string]int{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	internal, err := internalPrefix(root)
+	if err != nil {
+		return nil, err
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -68,6 +76,7 @@ func check(root string) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		problems = append(problems, internalImports(root, path, f, internal)...)
 		if n := fset.Position(f.End()).Line; n > maxFileLines {
 			problems = append(problems, fmt.Sprintf("%s: %d lines (at most %d)", path, n, maxFileLines))
 		}
@@ -114,4 +123,38 @@ func recvName(e ast.Expr) string {
 		return t.Name
 	}
 	return "?"
+}
+
+// internalPrefix is the import path prefix of the module's internal
+// packages, read from root's go.mod ("" when root holds no go.mod).
+func internalPrefix(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(b)) {
+		if mod, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(mod), `"`) + "/internal/", nil
+		}
+	}
+	return "", fmt.Errorf("%s: no module line", filepath.Join(root, "go.mod"))
+}
+
+// internalImports reports the imports of prefix's packages by f, a
+// production file at path, when path is under root's pkg/.
+func internalImports(root, path string, f *ast.File, prefix string) []string {
+	rel, err := filepath.Rel(root, path)
+	if prefix == "" || err != nil || !strings.HasPrefix(filepath.ToSlash(rel), "pkg/") {
+		return nil
+	}
+	var problems []string
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); strings.HasPrefix(p, prefix) {
+			problems = append(problems, fmt.Sprintf("%s: imports %s (a package under pkg/ imports nothing from internal/)", path, p))
+		}
+	}
+	return problems
 }

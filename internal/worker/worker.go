@@ -124,9 +124,9 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/directget"
 	"github.com/agentfleet/agentfleet/internal/jspub"
-	"github.com/agentfleet/agentfleet/internal/startstop"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 	"github.com/agentfleet/agentfleet/pkg/warm"
 )
 

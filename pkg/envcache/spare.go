@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfleet/agentfleet/internal/keyqueue"
+	"github.com/agentfleet/agentfleet/pkg/keyqueue"
 )
 
 // Prepared copies live in <Dir>/spares/<key>/<random>, each a "files"

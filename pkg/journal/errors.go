@@ -3,7 +3,7 @@ package journal
 import (
 	"errors"
 
-	"github.com/agentfleet/agentfleet/internal/startstop"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 )
 
 // Sentinel errors. Every error the package returns wraps one of these (or a

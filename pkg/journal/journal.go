@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
-	"github.com/agentfleet/agentfleet/internal/startstop"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 )
 
 const (
@@ -107,7 +107,7 @@ func New(cfg Config) (*Journal, error) {
 // assembled once flushed. Start takes an exclusive lock on Dir (a .lock
 // file, flock on Unix) until Stop, so it fails while another process uses
 // the same Dir. It answers as every service of the fleet does
-// (internal/startstop): a second Start returns ErrAlreadyStarted, Start
+// (pkg/startstop): a second Start returns ErrAlreadyStarted, Start
 // after Stop (even a Stop before any Start) returns ErrStopped, and a
 // Start that failed may be retried. ctx is only used for its values: the
 // flushers run until Stop.

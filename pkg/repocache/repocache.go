@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentfleet/agentfleet/internal/keyqueue"
+	"github.com/agentfleet/agentfleet/pkg/keyqueue"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentfleet/agentfleet/internal/startstop"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 )
 
 // Defaults of Config.

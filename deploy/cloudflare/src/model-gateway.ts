@@ -1,5 +1,5 @@
 // The model gateway at the bridge's egress (SPEC 13): the Cloudflare
-// counterpart of the Go worker's internal/gateway. Requests the container
+// counterpart of the Go worker's pkg/gateway. Requests the container
 // sends to api.anthropic.com get the Worker's credential (egress.ts), and
 // here they are also metered and capped:
 //

@@ -1,5 +1,5 @@
 // Model metering for the bridge's egress (SPEC 13): the same rules as the Go
-// gateway (internal/gateway, meter.go and prices.go), so a Cloudflare run is
+// gateway (pkg/gateway, meter.go and prices.go), so a Cloudflare run is
 // metered and priced exactly as a local one.
 //
 // Usage is read from a Messages API event stream as it passes: only the data
@@ -190,7 +190,7 @@ export interface Price {
 export const FALLBACK_MODEL = 'claude-opus-5-5';
 
 /**
- * The built-in table, the Go gateway's (internal/gateway/prices.go
+ * The built-in table, the Go gateway's (pkg/gateway/prices.go
  * DefaultPrices; read 2026-11-26 from Anthropic's model pages and the rates
  * Claude Code 2.1.330 applies for the 5.5 models, Anthropic's published list
  * prices for 4.x and 3.x). Keep the two in step.

@@ -52,7 +52,7 @@
 // api.anthropic.com (deploy/cloudflare/src/model-gateway.ts): every process
 // gets ANTHROPIC_BASE_URL (a loopback egress naming its sandbox) and a
 // placeholder ANTHROPIC_API_KEY; the egress answers 401 for a sandbox with
-// no open run, else forwards to an internal/gateway.Gateway holding
+// no open run, else forwards to an pkg/gateway.Gateway holding
 // Options.ModelAPIKey, which meters with the Go gateway's rules and answers
 // 402 past the run's cap. The calls it records are what GET /model reports.
 //

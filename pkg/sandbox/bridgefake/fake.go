@@ -62,7 +62,7 @@ type Options struct {
 	// ANTHROPIC_BASE_URL (a loopback egress naming their sandbox) and a
 	// placeholder ANTHROPIC_API_KEY; calls of a sandbox with a run opened
 	// by PUT /v1/sb/:id/model go to this upstream with ModelAPIKey,
-	// metered and capped by internal/gateway; others get 401.
+	// metered and capped by pkg/gateway; others get 401.
 	ModelUpstream string
 	// ModelAPIKey is the key the fake Worker holds for ModelUpstream.
 	ModelAPIKey string

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 )
 
 // CredentialPlaceholder is what a process gets as ANTHROPIC_API_KEY when
@@ -26,7 +26,7 @@ const CredentialPlaceholder = "agentfleet-egress-injected"
 // api.anthropic.com (deploy/cloudflare/src/model-gateway.ts) with the Go
 // gateway's own meter, prices and caps: a loopback listener that processes
 // reach as ANTHROPIC_BASE_URL=<url>/sb/<id>, which finds the sandbox's open
-// run (401 without one), and forwards to an internal/gateway.Gateway that
+// run (401 without one), and forwards to an pkg/gateway.Gateway that
 // holds the key, meters, and refuses with 402 past the cap. The key lives
 // in the fake, never in a process's environment.
 type modelEgress struct {

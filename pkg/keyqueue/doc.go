@@ -1,7 +1,7 @@
 // Package keyqueue runs background work per key, one item at a time, on
-// one goroutine that a Queue starts and stops (internal/startstop).
+// one goroutine that a Queue starts and stops (pkg/startstop).
 //
-// The caches of SPEC 15 prepare things between jobs: the repository cache
+// The warm caches (docs/warm.md) prepare things between jobs: the repository cache
 // a working tree of the commit it served last (pkg/repocache), the
 // environment cache a copy of an entry it saved or restored
 // (pkg/envcache). Both want the same queue: a request per key, the newest

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/agentfleet/agentfleet/internal/startstop"
+	"github.com/agentfleet/agentfleet/pkg/startstop"
 )
 
 // Queue holds the newest request of each key until its worker takes it.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
-	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 

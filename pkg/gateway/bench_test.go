@@ -3,12 +3,12 @@ package gateway_test
 import (
 	"testing"
 
-	"github.com/agentfleet/agentfleet/internal/gateway/gatewaybench"
+	"github.com/agentfleet/agentfleet/internal/gatewaybench"
 )
 
 // BenchmarkGateway reports the gateway's first-byte latency (p50, p99)
 // beside the same calls made straight to the upstream, and its CPU per
-// call. go test -run '^$' -bench BenchmarkGateway ./internal/gateway/
+// call. go test -run '^$' -bench BenchmarkGateway ./pkg/gateway/
 func BenchmarkGateway(b *testing.B) {
 	r := gatewaybench.Measure(b, max(b.N, 200))
 	ms := func(d interface{ Seconds() float64 }) float64 { return d.Seconds() * 1000 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
 	"github.com/agentfleet/agentfleet/internal/claudetest"
-	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 )
 
 // agent is the real Claude Code CLI, started the way a worker starts it

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/agentfleet/agentfleet/internal/keyqueue"
+	"github.com/agentfleet/agentfleet/pkg/keyqueue"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

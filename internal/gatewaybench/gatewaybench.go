@@ -1,7 +1,7 @@
 // Package gatewaybench measures what the model gateway adds to a model
 // call: the time to the first streamed byte, through the gateway and
 // straight to the same upstream (internal/anthropicfake) in the same run,
-// and the CPU the gateway spends per call. internal/gateway's
+// and the CPU the gateway spends per call. pkg/gateway's
 // BenchmarkGateway and internal/bench's BenchmarkGatewayLatency (make
 // bench) print its Result.
 package gatewaybench
@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
-	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
 )
 
 // Result is one measurement.
