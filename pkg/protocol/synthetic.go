@@ -27,8 +27,7 @@ const (
 	ReasonSpawnFailed    = "spawn_failed"
 	ReasonOutputTooLarge = "output_too_large"
 	// ReasonMaxDeliveries: the dispatcher dead-lettered the job after its
-	// last attempt (an extension of the list; see SPEC deviations
-	// in README.md).
+	// last attempt.
 	ReasonMaxDeliveries = "max_deliveries"
 )
 
