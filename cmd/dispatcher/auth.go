@@ -2,7 +2,7 @@ package main
 
 import "github.com/agentfleet/agentfleet/internal/tenancy"
 
-// tenantTokens is the dashboard's check of tenant tokens (SPEC 12) for
+// tenantTokens is the dashboard's check of tenant tokens (docs/tenancy.md) for
 // --auth-dir: nil without one.
 func tenantTokens(dir string) (func(string) (string, error), error) {
 	if dir == "" {

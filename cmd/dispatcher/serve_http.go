@@ -14,7 +14,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-// startWebhooks starts the webhook deliveries (SPEC §16): a consumer of
+// startWebhooks starts the webhook deliveries (docs/webhooks.md): a consumer of
 // their own on the status events, so they never slow the dispatcher.
 func startWebhooks(ctx context.Context, nc *nats.Conn, names protocol.Names, f webhook.Flags, replicas int, log *zerolog.Logger) (*webhook.Service, error) {
 	hooks, err := webhook.New(webhook.Config{NC: nc, Names: names, Backoff: f.Backoff, AllowPrivate: f.AllowPrivate, Replicas: replicas, Logger: log})
@@ -24,9 +24,9 @@ func startWebhooks(ctx context.Context, nc *nats.Conn, names protocol.Names, f w
 	return hooks, hooks.Start(ctx)
 }
 
-// withAPI serves /v1 (SPEC §16) beside ui. The operator's token is
+// withAPI serves /v1 (docs/http-api.md) beside ui. The operator's token is
 // --ui-token; with none (and no tenant tokens), loopback is open as for the
-// dashboard. tenantToken verifies §12's tenant tokens (tenancy.VerifyToken
+// dashboard. tenantToken verifies tenant tokens (docs/tenancy.md; tenancy.VerifyToken
 // with --auth-dir bound); nil: none are accepted.
 func withAPI(client *fleetapi.Client, status, objects storage.Store, uiToken string, tenantToken func(string) (string, error), ui http.Handler, log *zerolog.Logger) (http.Handler, error) {
 	auth := httpapi.Auth{OperatorToken: uiToken, TenantToken: tenantToken}

@@ -25,7 +25,7 @@ func checkCacheFlags(o *options) error {
 	return nil
 }
 
-// openCaches opens --repo-cache (SPEC 15): the repositories' mirrors and
+// openCaches opens --repo-cache (docs/warm.md): the repositories' mirrors and
 // prepared trees (--repo-cache-trees) in DIR and the setup environments in
 // DIR/envs. Both nil without it. The repository cache is started: it
 // prepares trees in the background until stopRepoCache.

@@ -1,6 +1,6 @@
 package main
 
-// The worker's contained sandboxes (SPEC 14): --isolation, --agent-uid,
+// The worker's contained sandboxes (docs/contained.md): --isolation, --agent-uid,
 // --network-default, --network-max.
 
 import (
@@ -18,14 +18,15 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/sandbox/egress"
 )
 
-// containOptions are the flags of SPEC 14, and what they parse into.
+// containOptions are the containment flags (docs/contained.md), and what
+// they parse into.
 type containOptions struct {
 	isolation          string
 	agentUID           int
 	netDefault, netMax string
 	defaultNet         egress.Policy
 	maxNet             egress.Mode
-	// Limits of a contained run (SPEC 14): defaults and maximums.
+	// Limits of a contained run (docs/contained.md): defaults and maximums.
 	memMB, memMaxMB          int64
 	pids, pidsMax            int
 	cpuWeight, cpuWeightMax  int
@@ -101,7 +102,7 @@ func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
 func (c *containOptions) networkConfig(agentEnv []string, gw *gateway.Gateway, log zerolog.Logger) worker.NetworkConfig {
 	n := worker.NetworkConfig{Default: c.defaultNet, Max: c.maxNet}
 	if gw != nil {
-		// The model gateway (SPEC 13), on this machine's loopback: a
+		// The model gateway (docs/gateway.md), on this machine's loopback: a
 		// contained agent reaches it through the model forward.
 		n.ModelURL = gw.URL()
 		return n

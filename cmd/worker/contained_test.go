@@ -22,7 +22,7 @@ func TestWorkerRefusesContainedWithoutBubblewrap(t *testing.T) {
 	require.NotContains(t, errOut, "waiting for NATS")
 }
 
-// TestWorkerRefusesBadContainFlags: the SPEC 14 flags' bad values are
+// TestWorkerRefusesBadContainFlags: the containment flags' bad values are
 // usage errors (exit 2) naming the flag.
 func TestWorkerRefusesBadContainFlags(t *testing.T) {
 	t.Parallel()

@@ -79,10 +79,10 @@ func flags(o *options) *pflag.FlagSet {
 	fs.Int64Var(&o.wsMaxBytes, "workspace-max-bytes", 2<<30, "fail a workspace checkout whose fetched repository is larger; 0 = no limit (env FLEET_WORKSPACE_MAX_BYTES)")
 	addContainFlags(fs, &o.contain)
 	fs.DurationVar(&o.exitIfIdle, "exit-if-idle", 0, "exit (drain, status 0) once no job has run for this long, for scale to zero; 0 = never (env FLEET_EXIT_IF_IDLE)")
-	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (SPEC 15); empty = none (env FLEET_REPO_CACHE)")
-	fs.IntVar(&o.envSpares, "env-cache-spares", envcache.DefaultSpares, "copies of each setup environment in --repo-cache kept prepared in the background, so a restore moves one into the checkout instead of copying (SPEC 15); 0 = none (env FLEET_ENV_CACHE_SPARES)")
+	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (docs/warm.md); empty = none (env FLEET_REPO_CACHE)")
+	fs.IntVar(&o.envSpares, "env-cache-spares", envcache.DefaultSpares, "copies of each setup environment in --repo-cache kept prepared in the background, so a restore moves one into the checkout instead of copying (docs/warm.md); 0 = none (env FLEET_ENV_CACHE_SPARES)")
 	fs.IntVar(&o.repoCacheTrees, "repo-cache-trees", 1, "prepared working trees the repository cache keeps per repository, at the commit it served last, made in the background between jobs; 0 = none (env FLEET_REPO_CACHE_TREES)")
-	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (SPEC 15); 0 = off (env FLEET_WARM)")
+	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (docs/warm.md); 0 = off (env FLEET_WARM)")
 	return fs
 }
 

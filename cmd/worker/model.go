@@ -1,6 +1,6 @@
 package main
 
-// The model gateway (SPEC 13, pkg/gateway): the worker's model
+// The model gateway (docs/gateway.md, pkg/gateway): the worker's model
 // credential stays in the worker; each run's agent gets the gateway's URL
 // and a token of its own.
 

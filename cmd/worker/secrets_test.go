@@ -15,7 +15,7 @@ import (
 )
 
 // An agent reading the worker's /proc/<pid>/environ and cmdline finds none
-// of the worker's secrets (SPEC 3.3); the worker still works with them.
+// of the worker's secrets (docs/protocol.md); the worker still works with them.
 // Before, the agent read FLEET_CF_BRIDGE_TOKEN, AWS_SECRET_ACCESS_KEY and
 // the password in --nats-url there (found by QA). The scrub matters where
 // the agent can see the worker's /proc: --isolation none (a contained
@@ -52,7 +52,7 @@ func TestAgentCannotReadTheWorkersSecretsInProc(t *testing.T) {
 	require.Equal(t, 0, code)
 }
 
-// The model key is the gateway's (SPEC 13): a worker started with a
+// The model key is the gateway's (docs/gateway.md): a worker started with a
 // real-looking ANTHROPIC_API_KEY and CLAUDE_CODE_OAUTH_TOKEN gives its
 // agent a run token and the gateway's URL, and an agent that hunts for the
 // keys in its environment, its argv, the worker's /proc environ and

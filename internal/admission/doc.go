@@ -1,4 +1,4 @@
-// Package admission decides which queued job runs next (SPEC 10): exact
+// Package admission decides which queued job runs next (docs/admission.md): exact
 // per-tenant caps, fair share by weight, budgets per window and rate-limit
 // pauses, in front of the one work consumer that keeps the exact fleet cap.
 //

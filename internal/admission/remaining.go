@@ -19,7 +19,7 @@ import (
 // total_cost_usd of its terminal results). limited is false when the
 // tenant has no budget (no settings, or none set, or the buckets do not
 // exist yet). The worker's model gateway reads it when a run opens, to
-// enforce the budget live (SPEC 13); the spend of runs still going is not
+// enforce the budget live (docs/gateway.md); the spend of runs still going is not
 // in it (the gateway adds its own).
 func Remaining(ctx context.Context, js jetstream.JetStream, names protocol.Names, tenant string, now time.Time) (remainingUSD float64, limited bool, err error) {
 	tkv, err := js.KeyValue(ctx, names.TenantsBucket())

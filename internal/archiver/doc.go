@@ -1,5 +1,5 @@
 // Package archiver writes every finished query's transcript from the
-// FLEET_QUERIES stream: the stream is the log (issue 12).
+// FLEET_QUERIES stream: the stream is the log.
 //
 // A line is durable once FLEET_QUERIES acknowledged it. Workers no longer
 // store transcripts: their journal (pkg/journal, memory first) holds a line
@@ -48,5 +48,5 @@
 // (a worker host lost before it stored the line).
 //
 // This makes a stored transcript complete without the worker that produced
-// it (issue 8, point 3): TestLostWorkerTranscriptIsCompleted.
+// it: TestLostWorkerTranscriptIsCompleted.
 package archiver

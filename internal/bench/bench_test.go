@@ -1,7 +1,7 @@
 // Package bench holds the fleet's benchmarks (`make bench`). Each figure is
 // printed as one line, `name value unit`, measured in one run on one embedded
-// server beside its baseline, and reported as a ratio where the issue asks
-// for one. Run with: go test -run '^$' -bench . -benchtime 1x ./internal/bench/
+// server beside its baseline, and reported as a ratio where a baseline
+// exists. Run with: go test -run '^$' -bench . -benchtime 1x ./internal/bench/
 package bench
 
 import (

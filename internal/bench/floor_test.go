@@ -25,7 +25,7 @@ type floorResult struct {
 	jobs            int
 }
 
-// jobFloor is the least any implementation of SPEC's job flow costs the
+// jobFloor is the least any implementation of the fleet's job flow costs the
 // server, measured on the fleet's own nats-server (the fleet idle): bare
 // nats.go clients in this process exchange only the messages a job needs,
 // and nothing else. A producer publishes each job to a work-queue stream;

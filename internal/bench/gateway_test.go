@@ -7,7 +7,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/gatewaybench"
 )
 
-// BenchmarkGatewayLatency is the model gateway's cost (SPEC 13): the time
+// BenchmarkGatewayLatency is the model gateway's cost (docs/gateway.md): the time
 // to the first streamed byte of a model call through the gateway and
 // straight to the same fake upstream in the same run (p50, p99), their
 // ratio, what the gateway adds at p99 (target: under 1 ms), and the CPU

@@ -61,7 +61,7 @@ var fleetShapes = []int{1, 4, 16}
 
 const shapeSlots = 16
 
-// BenchmarkWorkerShapes is make bench/fleet (issue 30, part 4): jobs/s
+// BenchmarkWorkerShapes is make bench/fleet: jobs/s
 // and CPU per job with 1, 4 and 16 worker processes (16 slots in all) on
 // one nats-server and on a 3-node cluster, each beside its topology's
 // 1-worker shape (target: flat within 20%). BENCH_FLEET_JOBS [10,000]

@@ -10,7 +10,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace"
 )
 
-// Sizes of the warm-start benchmarks (SPEC 15); the smoke test shrinks them.
+// Sizes of the warm-start benchmarks (docs/warm.md); the smoke test shrinks them.
 type warmSizes struct {
 	rounds, repoFiles, setupFiles, setupRounds, idleAgents int
 	idleWindow                                             time.Duration
@@ -18,7 +18,7 @@ type warmSizes struct {
 
 var fullWarm = warmSizes{rounds: 10, repoFiles: 20_000, setupFiles: 300, setupRounds: 3, idleAgents: 4, idleWindow: 60 * time.Second}
 
-// BenchmarkFleetWarm measures SPEC 15's warm starts, each beside its
+// BenchmarkFleetWarm measures the warm starts of docs/warm.md, each beside its
 // baseline in the same run: a warm agent of the real CLI to its first
 // line over a bare spawn of it (and the CLI's own floor), the second
 // checkout of a repository through the repository cache (a prepared tree)

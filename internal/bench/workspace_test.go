@@ -26,7 +26,7 @@ type wsSizes struct {
 }
 
 // fullWS is a modest repository (2,000 files, about 16 MB of text over 3
-// commits) so `make bench` stays short; the issue's 5,000 files / 50 MB
+// commits) so `make bench` stays short; larger ones (5,000 files, 50 MB)
 // scale the same way (both sides fetch the same pack).
 var fullWS = wsSizes{files: 2000, fileBytes: 8 << 10, commits: 3, rounds: 3, changed: 100}
 

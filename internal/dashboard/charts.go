@@ -120,7 +120,7 @@ func perMinute(recs []protocol.StatusEvent, now time.Time) (minutes []int64, fin
 
 // tenantRows joins the queue per tenant with each tenant's spend: the
 // total_cost_usd of its ended queries among recs (the gateway's metered
-// cost when it fronts the model, SPEC 11).
+// cost when it fronts the model, docs/operations.md).
 func tenantRows(snap fleetmetrics.Snapshot, recs []protocol.StatusEvent) []TenantRow {
 	by := map[string]*TenantRow{}
 	row := func(t string) *TenantRow {

@@ -28,7 +28,7 @@
 //
 // With a token (dispatcher serve --ui-token), a request needs it as
 // "Authorization: Bearer <token>" or the cookie /login sets. Tenant tokens
-// (SPEC 12, Config.Tenants) are taken the same ways and reach only their
+// (docs/tenancy.md, Config.Tenants) are taken the same ways and reach only their
 // tenant's queries (tenants.go). Without either, only loopback clients are
 // served. State-changing requests are POSTs whose Origin (when sent) must
 // be this host.

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// scopeToTenant keeps a tenant's token to its own queries (SPEC 12): the
+// scopeToTenant keeps a tenant's token to its own queries (docs/tenancy.md): the
 // fleet page (every tenant's queues and workers) sends it to its queries,
 // the query list is filtered to it whatever ?tenant= says, a query page,
 // its live events, diff and actions of another tenant are 404 (as if

@@ -19,7 +19,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-// A tenant's token (SPEC 12) sees and touches only its own queries; the
+// A tenant's token (docs/tenancy.md) sees and touches only its own queries; the
 // operator's token sees every tenant's; a revoked or foreign token is 401.
 func TestTenantTokens(t *testing.T) {
 	t.Parallel()

@@ -1,7 +1,7 @@
 package dispatcher
 
-// A cancel of a query still waiting in the work queue ends it at once
-// (issue 8.6), instead of leaving it "queued" until a worker frees a slot,
+// A cancel of a query still waiting in the work queue ends it at once,
+// instead of leaving it "queued" until a worker frees a slot,
 // takes the job and only then sees the cancel.
 
 import (

@@ -1,6 +1,6 @@
 package dispatcher
 
-// Sessions (SPEC 9): resuming parked sessions (the session ops arrive as
+// Sessions (docs/sessions.md): resuming parked sessions (the session ops arrive as
 // API requests, <prefix>.api.input, .interrupt, .approve, .end: api.go
 // records them on the query's .ctl subject). A durable
 // consumer reads every .ctl op of FLEET_QUERIES, and the status index
@@ -98,7 +98,7 @@ func (ss *sessions) stop(ctx context.Context) error {
 }
 
 // expireParked ends every session parked for longer than ttl with a
-// succeeded status (SPEC 9: --session-ttl). The status is a compare-and-set
+// succeeded status (docs/sessions.md: --session-ttl). The status is a compare-and-set
 // on the parked one, so a session resumed meanwhile is left alone.
 func (ss *sessions) expireParked(ctx context.Context, ttl time.Duration) {
 	evs, err := storage.ListStatus(ctx, ss.statusStore, "", 0)
@@ -158,7 +158,7 @@ func (ss *sessions) endParked(ctx context.Context, subject string, seq uint64, l
 	return &end, nil
 }
 
-// cancelParked ends ref as cancelled if its last status is parked (SPEC 9:
+// cancelParked ends ref as cancelled if its last status is parked (docs/sessions.md:
 // cancel ends a session as cancelled, parked or not; no worker holds a
 // parked one to see the cancel). It returns the status it wrote, the
 // query's terminal status if it had ended (another dispatcher's cancel

@@ -1,6 +1,6 @@
 package dispatcher
 
-// Tenants (SPEC 12): a tenant's account imports <prefix>.tapi.<tenant>.>
+// Tenants (docs/tenancy.md): a tenant's account imports <prefix>.tapi.<tenant>.>
 // as its <prefix>.api.>, and <prefix>.tjs.<tenant>.… as the few JetStream
 // API calls a reader needs (see internal/tenancy). The tenant token of the
 // subject is set by nats-server's import, never by the tenant, so it is
@@ -37,7 +37,7 @@ func (t *tenantAPI) start(context.Context) error {
 	svc, err := micro.AddService(t.nc, micro.Config{
 		Name:        protocol.ServiceName + "-tenants",
 		Version:     buildinfo.SemVer(),
-		Description: "agentfleet dispatcher: the API of SPEC 3 scoped to the tenant of the subject (SPEC 12)",
+		Description: "agentfleet dispatcher: the fleet API scoped to the tenant of the subject",
 		QueueGroup:  queueGroup,
 		Metadata:    map[string]string{"prefix": n.Prefix(), "build": buildinfo.Version()},
 	})

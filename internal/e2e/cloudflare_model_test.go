@@ -1,6 +1,6 @@
 package e2e
 
-// Model metering of Cloudflare sandboxes (SPEC 13), with the real Claude
+// Model metering of Cloudflare sandboxes (docs/gateway.md), with the real Claude
 // Code CLI in the Go fake of the bridge: the fake holds the key and meters
 // at its egress (pkg/gateway behind the bridge's /model routes), the
 // worker opens the run on the bridge, publishes the calls it reads as

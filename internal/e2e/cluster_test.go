@@ -68,7 +68,7 @@ func clusterFromDeployConfig(t testing.TB) (*natstest.Cluster, func(t testing.TB
 // leader of FLEET_QUERIES, then of FLEET_JOBS, then of the work consumer
 // is killed while jobs run, and restarted once jobs finish again. Every
 // job runs exactly once and ends with exactly one terminal status, with
-// contiguous Fleet-Seq and a transcript equal to the stream (issue 9). The
+// contiguous Fleet-Seq and a transcript equal to the stream. The
 // stall after each kill (time to the next finished job) is logged;
 // BenchmarkClusterFailover measures it over many kills.
 func TestClusterLeaderFailover(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
 )
 
-// containedLocal is a contained local provider (SPEC 14) with the
+// containedLocal is a contained local provider (docs/contained.md) with the
 // stand-in's directory bound read-only and env for every sandbox; root is
 // its directory.
 func containedLocal(t *testing.T, env map[string]string) (local *sandbox.Local, root string) {
@@ -103,7 +103,7 @@ func TestContainedStandinSessionParksAndResumes(t *testing.T) {
 }
 
 // containedFleet is a fleet with one worker whose local sandboxes are
-// contained (SPEC 14), network as given, the stand-in's directory bound
+// contained (docs/contained.md), network as given, the stand-in's directory bound
 // read-only; started reports each agent start.
 func containedFleet(t *testing.T, netCfg worker.NetworkConfig, env map[string]string, agentMod func(*agent.Config)) (*fleettest.Fleet, chan string, string) {
 	t.Helper()

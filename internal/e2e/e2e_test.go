@@ -471,7 +471,7 @@ func TestAgentNeverSeesWorkerSecrets(t *testing.T) {
 	t.Setenv("ANTHROPIC_API_KEY", "s3cr3t-7f1-model-key")
 	f := fleettest.New(t, fleettest.Opts{})
 	// Even an operator who lists the model key does not give it to the
-	// agent: it is the model gateway's (SPEC 13).
+	// agent: it is the model gateway's (docs/gateway.md).
 	w := f.StartWorker(fleettest.WorkerOpts{Slots: 2, EnvAllow: []string{"ANTHROPIC_API_KEY"}})
 	fleettest.WaitReady(t, w.W)
 	for _, name := range []string{"FLEET_CF_BRIDGE_TOKEN", "AWS_SECRET_ACCESS_KEY", "CLOUDFLARE_API_TOKEN", "ANTHROPIC_API_KEY"} {

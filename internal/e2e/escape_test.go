@@ -22,7 +22,7 @@ import (
 // TestCancelAndTimeoutKillWhatTheAgentLeftBehind runs jobs whose agent
 // leaves a process as Claude Code's Bash tool can (setsid, double fork,
 // SIGTERM ignored) and ends them by cancel and by timeout: the process must
-// be gone too (issue 8.4).
+// be gone too.
 func TestCancelAndTimeoutKillWhatTheAgentLeftBehind(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})

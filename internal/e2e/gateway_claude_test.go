@@ -1,6 +1,6 @@
 package e2e
 
-// The model gateway in the worker (SPEC 13), with the real Claude Code CLI
+// The model gateway in the worker (docs/gateway.md), with the real Claude Code CLI
 // talking to the fake Anthropic API through it: the fake sees only the
 // worker's key, the agent holds only its run's token, every call has its
 // .model event, the terminal status reports their sum, and a cap stops a

@@ -26,7 +26,7 @@ import (
 // two workers that ran the jobs stay cut off a while longer (their dials
 // wait on a gate) until a third worker has taken every job over as attempt
 // 2. Then they reconnect with a journaled backlog to relay and a terminal
-// status to publish, which is issue 8's race made certain: each query must
+// status to publish, the race between them made certain: each query must
 // still end with exactly one terminal status, unique and contiguous
 // Fleet-Seq, and a transcript equal to the stream.
 func TestNATSOutageLongerThanAckWait(t *testing.T) {
@@ -170,8 +170,8 @@ func (g *gate) Dial(network, address string) (net.Conn, error) {
 // A worker started while NATS is unreachable learns the server's max
 // payload when it first connects: ordinary lines go out as themselves and
 // only a line too large for the server becomes a pointer to the whole line
-// in storage (issue 9; it used to read 0 before connecting, so every line
-// became a pointer to an object never stored).
+// in storage (a worker that read the max payload as 0 before connecting
+// would make every line a pointer to an object never stored).
 func TestWorkerStartedBeforeItsServerRelaysRealLines(t *testing.T) {
 	t.Parallel()
 	g := newGate()

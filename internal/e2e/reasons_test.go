@@ -20,7 +20,7 @@ import (
 
 // A job for a provider no worker has fails at once, on its first attempt,
 // with a status that names the provider; a provider another worker has
-// (--other-sandboxes) is handed back to it (issue 8.6).
+// (--other-sandboxes) is handed back to it.
 func TestJobNoWorkerCanRunFailsAtOnceWithItsReason(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
@@ -65,7 +65,7 @@ func TestJobNoWorkerCanRunFailsAtOnceWithItsReason(t *testing.T) {
 
 // A job body nobody can read (not JSON; JSON without an id) is terminated
 // once and lands in the dead-letter stream with its reason, where
-// `dispatcher ls --dlq` shows it (issue 8.6).
+// `dispatcher ls --dlq` shows it.
 func TestUnreadableJobsAreDeadLetteredAndListed(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
@@ -157,8 +157,7 @@ func TestAJobOnAnInvalidTenantSubjectIsRefusedNamingItsSubject(t *testing.T) {
 
 // The agent's stderr is the reason when it exits without a result (Claude
 // Code refusing --dangerously-skip-permissions as root): submit --follow
-// and status show it, and the failed status's message quotes its last line
-// (issue 8.6).
+// and status show it, and the failed status's message quotes its last line.
 func TestAgentStderrReachesFollowAndStatus(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t, fleettest.Opts{})
@@ -190,7 +189,7 @@ func TestAgentStderrReachesFollowAndStatus(t *testing.T) {
 
 // A cancel of a job still waiting for a slot ends it at once: status and
 // ls say cancelled right away, the stream ends with the synthetic result,
-// and no worker ever starts it (issue 8.6).
+// and no worker ever starts it.
 func TestCancelOfAQueuedJobShowsCancelledAtOnce(t *testing.T) {
 	t.Parallel()
 	f, started := busyFleet(t, "busy")

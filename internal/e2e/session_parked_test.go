@@ -10,7 +10,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// A parked session ends by end or cancel (SPEC 9) like a live one, with one
+// A parked session ends by end or cancel (docs/sessions.md) like a live one, with one
 // terminal status. Before, "end" alone resumed it as a continuation that ran
 // no turn, and the worker crashed on the missing result (on every delivery,
 // until the job was dead-lettered); a cancel was acknowledged but did

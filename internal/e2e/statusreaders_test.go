@@ -17,7 +17,7 @@ import (
 // The dispatcher reads each status event with one consumer, its status
 // index, which hands the events to its other readers (spend, parked
 // sessions), and the archiver with its own: the server delivers and
-// tracks the acks of each event twice, not four times (issue 12). Spend
+// tracks the acks of each event twice, not four times. Spend
 // is still counted exactly once per result.
 func TestStatusEventsReadByTwoConsumers(t *testing.T) {
 	t.Parallel()

@@ -1,8 +1,9 @@
 package e2e
 
-// Issue 31: a status is published only for a state the query was really
-// in. The histories are replayed from the query's .status subject in
-// FLEET_QUERIES (fleettest.History), as a reader of the record sees them.
+// A status is published only for a state the query was really in
+// (docs/true-statuses.md). The histories are replayed from the query's
+// .status subject in FLEET_QUERIES (fleettest.History), as a reader of the
+// record sees them.
 
 import (
 	"context"

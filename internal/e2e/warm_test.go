@@ -327,7 +327,7 @@ func TestHangingSetupEndsAtTheJobsTimeout(t *testing.T) {
 	require.Empty(t, wf.started, "no agent started")
 }
 
-// In a contained sandbox (SPEC 14) the agent runs as another uid: what
+// In a contained sandbox (docs/contained.md) the agent runs as another uid: what
 // the setup left is restored for the second job as the agent's, which
 // can change it.
 func TestContainedSetupRestoreIsTheAgents(t *testing.T) {
@@ -361,7 +361,7 @@ func TestContainedSetupRestoreIsTheAgents(t *testing.T) {
 	}
 }
 
-// Warm agents start in contained sandboxes too (SPEC 14): a one-shot job
+// Warm agents start in contained sandboxes too (docs/contained.md): a one-shot job
 // takes one and is answered.
 func TestContainedWarmAgent(t *testing.T) {
 	t.Parallel()

@@ -20,10 +20,10 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
 )
 
-// TestWorkspaceRealClaudeCodeWriteComesBack is the complaint, fixed:
-// the real Claude Code CLI (pinned, against the fake Anthropic API) writes a
-// file with its Write tool under acceptEdits, and the file comes back in the
-// artifact and the stored diff after its sandbox is gone.
+// TestWorkspaceRealClaudeCodeWriteComesBack: the real Claude Code CLI
+// (pinned, against the fake Anthropic API) writes a file with its Write
+// tool under acceptEdits, and the file comes back in the artifact and the
+// stored diff after its sandbox is gone.
 func TestWorkspaceRealClaudeCodeWriteComesBack(t *testing.T) {
 	t.Parallel()
 	claude := claudetest.Path(t)

@@ -14,7 +14,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/workspace/workspacetest"
 )
 
-// TestCLIParkedWorkspaceSessionShowsItsWork (issue 31): while a workspace
+// TestCLIParkedWorkspaceSessionShowsItsWork: while a workspace
 // session (real Claude Code against the fake API) is parked, `status` and
 // `diff` show its work as of its last checkpoint and say so; once it ends,
 // they show the final work without the mark. Before, a parked session's

@@ -109,7 +109,7 @@ type Follower struct {
 	// terminal status).
 	Artifact func(protocol.Artifact)
 	// Model is called for each .model event (a model call the gateway
-	// metered, SPEC 13), with its JetStream timestamp.
+	// metered, docs/gateway.md), with its JetStream timestamp.
 	Model func(at time.Time, data []byte)
 	// MustExist makes Follow return ErrNotFound for a query with nothing
 	// on the stream and no status record, instead of waiting for it to

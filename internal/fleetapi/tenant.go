@@ -12,7 +12,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// NewTenantClient is NewClient for a tenant's creds (SPEC 12): its
+// NewTenantClient is NewClient for a tenant's creds (docs/tenancy.md): its
 // account reaches the fleet's JetStream API under apiPrefix
 // ($JS.FLEET.API), and only the calls a reader of its own queries needs
 // (no stream info).

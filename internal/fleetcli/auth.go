@@ -1,6 +1,6 @@
 package fleetcli
 
-// SPEC 12 on the command line: auth init, tenant creds|revoke|token, and
+// Tenancy (docs/tenancy.md) on the command line: auth init, tenant creds|revoke|token, and
 // --nats-creds with a tenant's creds (the CLI then works on that tenant).
 
 import (
@@ -19,8 +19,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/tenancy"
 )
 
-// authCommand is the command for args when they are one of SPEC 12's
-// tenant subcommands (tenant creds|revoke|token), which share the name
+// authCommand is the command for args when they are one of the
+// tenancy subcommands (tenant creds|revoke|token), which share the name
 // "tenant" with the admission settings; nil otherwise.
 func authCommand(args []string) Command {
 	if len(args) > 1 && args[0] == "tenant" {
@@ -231,7 +231,7 @@ func writePrivate(path string, b []byte) error {
 	return nil
 }
 
-// credsTenant applies tenant creds given with --nats-creds (SPEC 12):
+// credsTenant applies tenant creds given with --nats-creds (docs/tenancy.md):
 // the command's --tenant defaults to the creds' tenant and may not name
 // another, the reply inbox is the tenant's, and JetStream goes through
 // its account's API prefix. A missing, malformed or expired creds file is

@@ -13,7 +13,7 @@ import (
 )
 
 // webhookCmd is `dispatcher tenant webhook add|ls|rm|deliveries`: a
-// tenant's webhook endpoints (SPEC §16), through the webhook API that
+// tenant's webhook endpoints (docs/webhooks.md), through the webhook API that
 // `dispatcher serve` answers on <prefix>.api.webhook.*.
 type webhookCmd struct {
 	active           bool

@@ -27,7 +27,7 @@ type Authenticator interface {
 var ErrUnauthorized = errors.New("unauthorized")
 
 // Auth is the Authenticator of `dispatcher serve`: the operator's token
-// (--ui-token) and tenant tokens (§12). With neither set, loopback clients
+// (--ui-token) and tenant tokens (docs/tenancy.md). With neither set, loopback clients
 // are the operator.
 type Auth struct {
 	// OperatorToken is --ui-token; "" = none.

@@ -43,15 +43,16 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeJob reads a job body (SPEC §3.1) for tenant p: a JSON object
+// decodeJob reads a job body (docs/protocol.md) for tenant p: a JSON object
 // whose tenant, when given, must be p's (an operator's is taken as is). It
 // returns the body to submit, with the tenant set and every other field
-// unchanged (unknown fields are kept: §3.1 ignores them), and the job as
+// unchanged (unknown fields are kept: the job format ignores them, see
+// docs/protocol.md), and the job as
 // decoded. A job that fails validation is a bad request.
 func decodeJob(b []byte, p Principal) ([]byte, protocol.Job, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil || obj == nil {
-		return nil, protocol.Job{}, badRequest("the body must be a JSON object (a job, SPEC §3.1)")
+		return nil, protocol.Job{}, badRequest("the body must be a JSON object (a job)")
 	}
 	jp, err := protocol.DecodeJob(protocol.ContentTypeJSON, b)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package httpapi is the fleet's HTTP API (SPEC §16): /v1/ on the
+// Package httpapi is the fleet's HTTP API (docs/http-api.md): /v1/ on the
 // dispatcher's --http server, beside the dashboard.
 //
 // Every endpoint is a thin layer over what the NATS API already does: submit,
@@ -13,7 +13,7 @@
 //
 // An Authenticator turns a request into a Principal: the operator (every
 // tenant) or one tenant. Auth implements it for the operator's --ui-token
-// and, through its TenantToken function, for the tenant tokens of §12
+// and, through its TenantToken function, for tenant tokens (docs/tenancy.md)
 // (tenancy.VerifyToken plugs in there). When neither is configured, loopback
 // clients are the operator and everyone else gets 401; when either is, a
 // request without a valid bearer token gets 401. /v1/openapi.json needs no

@@ -21,7 +21,7 @@ type sse struct {
 	fl http.Flusher
 }
 
-// event writes one event. data may hold no newline in SPEC's lines; any CR
+// event writes one event. data holds no newline in the fleet's lines; any CR
 // or LF in it (a non-JSON line) splits it over several data fields, which
 // an SSE client joins with LF.
 func (s *sse) event(name, id string, data []byte) {
@@ -116,7 +116,7 @@ func (a *API) events(w http.ResponseWriter, r *http.Request, p Principal) {
 			}
 			s.event("message", strconv.FormatUint(l.Seq, 10), l.Data)
 		},
-		// A model call the gateway metered (SPEC 13), as it is stored.
+		// A model call the gateway metered (docs/gateway.md), as it is stored.
 		Model: func(_ time.Time, data []byte) {
 			if !skipping {
 				s.event("model", "", data)

@@ -1,5 +1,5 @@
 // Package procscrub hides a process's secrets from the other processes of
-// its machine, which the worker's agents are (SPEC 3.3: the worker's
+// its machine, which the worker's agents are (docs/protocol.md: the worker's
 // secrets never reach a sandboxed agent).
 //
 // The local sandbox builds each agent's environment from an allow-list, so

@@ -47,7 +47,7 @@ func TestColor(t *testing.T) {
 }
 
 // The agent's stderr tail of a synthetic result is shown: it is often the
-// only reason there is (issue 8.6).
+// only reason there is.
 func TestSyntheticResultShowsStderrTail(t *testing.T) {
 	t.Parallel()
 	code := 1

@@ -17,7 +17,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
 
-// A tenant's creds do all SPEC 12 says they can, against a fleet running
+// A tenant's creds do all docs/tenancy.md says they can, against a fleet running
 // on the fleet's own creds: jobs with PubAcks, the API, live subjects,
 // replay (ordered consumers through the dispatcher's checks), direct gets
 // and .ctl of its own queries.

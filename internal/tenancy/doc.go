@@ -1,5 +1,5 @@
 // Package tenancy keeps tenants apart with nats-server's own authorization
-// (SPEC 12): decentralized JWTs, one NATS account per tenant.
+// (docs/tenancy.md): decentralized JWTs, one NATS account per tenant.
 //
 // `dispatcher auth init --dir DIR` makes an operator, the system account
 // SYS, the fleet's account FLEET (its streams, the dispatcher, workers and
@@ -23,8 +23,8 @@
 // Nothing else of FLEET is reachable from a tenant's account, and replies
 // and deliver subjects a tenant names land in its own account: nats-server
 // checks neither against permissions, so one shared account could not keep
-// a tenant from making the server write another's subjects (see the
-// research note behind SPEC 12). Tenant users also carry permissions
+// a tenant from making the server write another's subjects (docs/tenancy.md says
+// why). Tenant users also carry permissions
 // (publish only jobs, API, .ctl and $JS.FLEET.API, with no pulls on the
 // fleet's durables; subscribe only their query subjects and inboxes; $SYS
 // only USER.INFO).

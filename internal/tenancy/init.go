@@ -215,7 +215,7 @@ func userCreds(user, account nkeys.KeyPair, name string, perms *jwt.Permissions,
 // conf is nats-auth.conf.
 func conf(opJWT, sysPub, resolverDir string, preload map[string]string) string {
 	var b strings.Builder
-	b.WriteString(`# agentfleet: decentralized JWT authorization (SPEC 12), written by
+	b.WriteString(`# agentfleet: decentralized JWT authorization (docs/tenancy.md), written by
 # "dispatcher auth init". Include it from nats-server.conf beside listen and
 # jetstream. Accounts: SYS (the system account), FLEET (streams, dispatcher,
 # workers, admins) and one per tenant, added at run time by

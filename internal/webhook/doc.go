@@ -1,5 +1,5 @@
 // Package webhook delivers a tenant's status events to its HTTP endpoints
-// (SPEC §16), signed as Standard Webhooks.
+// (docs/webhooks.md), signed as Standard Webhooks.
 //
 // # Endpoints
 //

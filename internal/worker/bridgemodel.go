@@ -1,6 +1,6 @@
 package worker
 
-// The model metering of a run in a Cloudflare sandbox (SPEC 13): the
+// The model metering of a run in a Cloudflare sandbox (docs/gateway.md): the
 // sandbox cannot reach the worker's gateway, so the bridge Worker meters
 // at its egress with the same rules and holds the credential (a bridge
 // secret). The worker opens the run on the bridge with the query's call

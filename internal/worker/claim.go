@@ -25,7 +25,7 @@ import (
 // stream of one replica; two leader reads at once on a replicated one).
 // A job whose cancel is on record, or reaches it before its first status,
 // publishes no "running": it only takes the last status as its token and
-// ends "cancelled" (issue 31: a status only for a state the query was in).
+// ends "cancelled" (docs/true-statuses.md: a status only for a state the query was in).
 // It returns baseOf, which reads the Fleet-Seq the attempt continues
 // from: that read starts once the claim is stored (no older attempt can
 // add a line after it, so what it finds is final) and runs while the

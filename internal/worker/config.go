@@ -60,19 +60,19 @@ type Config struct {
 	// NewLineLimit(NC, Names.QueriesStream()).
 	LineLimit func() int
 	// Workspaces checks out and captures the repositories of jobs with a
-	// workspace (SPEC 8). Nil fails such jobs with workspace_checkout.
+	// workspace (docs/workspaces.md). Nil fails such jobs with workspace_checkout.
 	Workspaces *workspace.Workspaces
-	// EnvCache keeps the results of jobs' setup scripts (SPEC 15; setup.go);
+	// EnvCache keeps the results of jobs' setup scripts (docs/warm.md; setup.go);
 	// nil runs every setup.
 	EnvCache *envcache.Cache
 	// Warm is how many agents to keep started ahead per option profile
-	// (SPEC 15; warm.go); 0 starts every agent cold.
+	// (docs/warm.md; warm.go); 0 starts every agent cold.
 	Warm int
 	// EnvAllow lists the names a job's options.env may set. Defaults to none.
 	// The model credential variables and ANTHROPIC_BASE_URL are never
 	// allowed (ReservedModelEnv).
 	EnvAllow []string
-	// Gateway is the model gateway (SPEC 13): every run gets a token of it
+	// Gateway is the model gateway (docs/gateway.md): every run gets a token of it
 	// and its URL as ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL, its calls
 	// are metered and capped, and its terminal status reports the metered
 	// spend. The worker does not start or stop it (its owner does, after
@@ -122,14 +122,14 @@ type Config struct {
 	Metrics *Metrics
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
-	// Sessions configures session jobs (SPEC 9); its Command is the agent
+	// Sessions configures session jobs (docs/sessions.md); its Command is the agent
 	// program (the same as the runner's). Session jobs fail to start while
 	// Command is empty.
 	Sessions session.Config
 	// Checkpoints stores session checkpoints (queries/<tenant>/<id>/session/);
 	// nil disables sessions and options.resume restores.
 	Checkpoints storage.Store
-	// Network is what jobs' agents may reach (SPEC 14; network.go).
+	// Network is what jobs' agents may reach (docs/contained.md; network.go).
 	Network NetworkConfig
 	// LimitsMax are the most a job may ask in its limits (--limit-*-max);
 	// a job asking more fails with limits_not_allowed before any process

@@ -7,7 +7,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 
-// Limits (SPEC 14): a job's cgroup v2 limits in a contained sandbox. The
+// Limits (docs/contained.md): a job's cgroup v2 limits in a contained sandbox. The
 // provider fills what a job leaves zero from the worker's defaults; a job
 // asking above the worker's maximums is refused when it is taken, before
 // any sandbox or process exists.

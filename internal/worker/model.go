@@ -1,6 +1,6 @@
 package worker
 
-// The model gateway's hooks in a run (SPEC 13): a metered mode opens a
+// The model gateway's hooks in a run (docs/gateway.md): a metered mode opens a
 // gateway token for the run, gives the agent the gateway's URL and the
 // token instead of any credential, closes the token when the run ends or
 // its session parks, and makes the terminal status say the metered spend

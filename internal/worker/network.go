@@ -1,6 +1,6 @@
 package worker
 
-// What a job's agent may reach (SPEC 14): the job's `network` decided
+// What a job's agent may reach (docs/contained.md): the job's `network` decided
 // before anything of the run exists, and the model's address carried into
 // a contained sandbox through a forward.
 
@@ -18,7 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/sandbox/egress"
 )
 
-// NetworkConfig is what the worker lets jobs' agents reach (SPEC 14).
+// NetworkConfig is what the worker lets jobs' agents reach (docs/contained.md).
 type NetworkConfig struct {
 	// Default is the policy of a job without `network` (--network-default);
 	// the zero value is egress.None.

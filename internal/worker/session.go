@@ -16,7 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/session"
 )
 
-// Session jobs (SPEC 9). The query's .ctl subject, as captured by
+// Session jobs (docs/sessions.md). The query's .ctl subject, as captured by
 // FLEET_QUERIES, is the session's input log: an ordered consumer reads it
 // from just after the last input whose turn ended (the checkpoint's
 // InputSeq), or from the submission's time for a new session. Inputs queue

@@ -1,6 +1,6 @@
 package worker
 
-// Setup environments (SPEC 15, package envcache): a job's setup script
+// Setup environments (docs/warm.md, package envcache): a job's setup script
 // runs in its checkout after the checkout and before the agent, its
 // output published on .setup line by line; what it leaves is saved in the
 // worker's environment cache and restored for later jobs of the same
@@ -201,7 +201,7 @@ func (t *tailLines) tail() string {
 // worker is not root or the directory is the worker's.
 func giveToAgent(workdir string) error { return workspace.ChownLike(workdir, workdir) }
 
-// logRepoCache says how the repository cache served a checkout (SPEC 15);
+// logRepoCache says how the repository cache served a checkout (docs/warm.md);
 // "running" carries the same (workspace.cache, workspace.cache_cold). A
 // cache that could not serve it is said: the job ran cold.
 func logRepoCache(q *query, base workspace.Base) {

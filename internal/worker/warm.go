@@ -1,6 +1,6 @@
 package worker
 
-// Warm agents (SPEC 15, package warm): the worker owns a pool of agents
+// Warm agents (docs/warm.md, package warm): the worker owns a pool of agents
 // started ahead, per option profile, each in a sandbox of its own and
 // waiting in stream-json input mode. A job whose profile matches takes
 // one before its sandbox would be made, and the warm agent's sandbox

@@ -278,7 +278,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.ctlSub = sub
 	if c := w.cfg.EnvCache; c != nil {
 		// The worker owns the environment cache's background work
-		// (preparing copies to restore, SPEC 15).
+		// (preparing copies to restore, docs/warm.md).
 		if err := c.Start(context.WithoutCancel(ctx)); err != nil {
 			_ = sub.Unsubscribe()
 			return fmt.Errorf("worker: starting the environment cache: %w", err)

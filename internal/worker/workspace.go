@@ -24,7 +24,7 @@ const captureTimeout = 10 * time.Minute
 // errNoWorkspaces fails workspace jobs on a worker configured without them.
 var errNoWorkspaces = errors.New("this worker has no workspace support configured")
 
-// workspaceMode wraps a run's mode with the job's workspace (SPEC 8):
+// workspaceMode wraps a run's mode with the job's workspace (docs/workspaces.md):
 // the repository is checked out into the sandbox before the agent starts
 // (and "running" announced with its start_sha), and the work is captured
 // (commit, diff, bundle, push) after it ends, for the terminal status.
@@ -58,7 +58,7 @@ func (m *workspaceMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.
 // artifact first, so a client that sees the status can read it. A parked
 // session's capture (its bundle is what the continuation restores) is
 // marked Checkpoint: `status` and `diff` show the work as of the last
-// checkpoint while the session is parked, and say so (issue 31).
+// checkpoint while the session is parked, and say so.
 func (m *workspaceMode) finish(ctx context.Context, ev protocol.StatusEvent) protocol.StatusEvent {
 	ev = m.mode.finish(ctx, ev)
 	if ev.State == protocol.StateParked {

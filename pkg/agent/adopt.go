@@ -12,7 +12,7 @@ import (
 func (r *Runner) Command() []string { return append([]string(nil), r.cfg.Command...) }
 
 // Adopt runs req to its end like Run, with an agent process that was
-// already started (a warm agent, SPEC 15: spawned ahead in stream-json
+// already started (a warm agent, docs/warm.md: spawned ahead in stream-json
 // input mode, then given the job's prompt as its first message) instead
 // of starting one from req. Its output is read from proc.Stdout; the run's
 // outcome, timeout (from now), stops and synthetic result are Run's.

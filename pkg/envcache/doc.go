@@ -1,4 +1,4 @@
-// Package envcache keeps the results of setup scripts (SPEC 15): the job
+// Package envcache keeps the results of setup scripts (docs/warm.md): the job
 // field setup is a shell script run in the checkout before the agent
 // starts (npm ci, a build); the files it leaves there are saved under a
 // key and put back for later jobs instead of running it again.

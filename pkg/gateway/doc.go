@@ -1,4 +1,4 @@
-// Package gateway is the worker's model gateway (SPEC 13): an HTTP server on
+// Package gateway is the worker's model gateway (docs/gateway.md): an HTTP server on
 // loopback that passes the Anthropic Messages API through to the model
 // upstream, so that the agent never holds the worker's model credential,
 // every model call is metered, and a run's spend is capped while it runs.

@@ -98,7 +98,7 @@ type PublisherFunc func(run RunInfo, ev Event)
 func (f PublisherFunc) PublishModel(run RunInfo, ev Event) { f(run, ev) }
 
 // Event is the JSON object published on fleet.query.<tenant>.<id>.model for
-// each call (SPEC 13).
+// each call (docs/gateway.md).
 type Event = protocol.ModelEvent
 
 // RunInfo describes the run a token is for.

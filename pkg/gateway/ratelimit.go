@@ -9,7 +9,7 @@ import (
 )
 
 // RateLimit is an upstream 429 or 529 one run got, for admission's
-// rate-limit pause (SPEC 10).
+// rate-limit pause (docs/admission.md).
 type RateLimit struct {
 	Tenant  string
 	QueryID string

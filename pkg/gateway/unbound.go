@@ -8,7 +8,7 @@ import (
 	"errors"
 )
 
-// Unbound tokens are for warm agents (SPEC 15): an agent started before
+// Unbound tokens are for warm agents (docs/warm.md): an agent started before
 // anyone knows which run it will serve gets a token with its environment,
 // and the token becomes a run's only when a job takes the agent.
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Admission (SPEC 10): producers publish on <prefix>.jobs.<tenant>; the
+// Admission (docs/admission.md): producers publish on <prefix>.jobs.<tenant>; the
 // admitting dispatcher moves each job it admits to <prefix>.work.<tenant>
 // in the same stream, which is all the work consumer reads.
 

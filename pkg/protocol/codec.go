@@ -145,7 +145,7 @@ func decodeJSONJob(data []byte, job *Job) error {
 	if err := json.Unmarshal(data, job); err != nil {
 		return jsonDecodeError(err)
 	}
-	// encoding/json silently replaces invalid UTF-8 with U+FFFD; SPEC 3.1
+	// encoding/json silently replaces invalid UTF-8 with U+FFFD; the job format
 	// rejects it instead, naming the field that holds it.
 	if !utf8.Valid(data) {
 		field := jsonPathAt(data, invalidUTF8Offset(data))

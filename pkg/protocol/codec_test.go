@@ -66,7 +66,7 @@ var codecCases = []struct {
 		Attempt: 1, At: goldenAt, Workspace: &WorkspaceStatus{StartSHA: goldenSHA}}},
 	{name: "status_succeeded_workspace", value: workspaceSucceededStatus()},
 	{name: "artifact", value: goldenArtifact()},
-	// Sessions (SPEC 9): session.go.
+	// Sessions (docs/sessions.md): session.go.
 	{name: "job_session", value: &Job{ID: "s1", Prompt: "hi", Session: &Session{IdleTimeoutS: ptr(60), Approvals: ApprovalsRemote}}},
 	{name: "ctl_input", value: &CtlOp{Op: OpInput, SessionOp: SessionOp{Text: "and now?", UUID: "u-1"}}},
 	{name: "ctl_approve", value: &CtlOp{Op: OpApprove, SessionOp: SessionOp{RequestID: "r1", Allow: ptr(false), Message: "not that file",

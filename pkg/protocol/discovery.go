@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// NATS micro services of the fleet (SPEC 11): `nats micro ls|info|stats`
+// NATS micro services of the fleet (docs/operations.md): `nats micro ls|info|stats`
 // find them.
 const (
 	// ServiceName is the dispatcher's service; its endpoints are the

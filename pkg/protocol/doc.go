@@ -20,7 +20,7 @@
 //	QueryMsg(t, id)             fleet.query.<t>.<id>.msg     one message per agent stdout line
 //	QueryStatus(t, id)          fleet.query.<t>.<id>.status  lifecycle events (StatusEvent)
 //	QueryCtl(t, id)             fleet.query.<t>.<id>.ctl     control input (CtlOp)
-//	QueryArtifact(t, id)        fleet.query.<t>.<id>.artifact  a workspace job's manifest (Artifact, SPEC 8)
+//	QueryArtifact(t, id)        fleet.query.<t>.<id>.artifact  a workspace job's manifest (Artifact, docs/workspaces.md)
 //	QueryAll(t, id)             fleet.query.<t>.<id>.>
 //	QueriesWildcard()           fleet.query.>
 //	StatusWildcard()            fleet.query.*.*.status
@@ -38,7 +38,7 @@
 //
 // # Jobs
 //
-// A job (SPEC 3.1) arrives as JSON, or msgpack when its Content-Type header
+// A job (docs/protocol.md) arrives as JSON, or msgpack when its Content-Type header
 // says application/msgpack. DecodeJob picks the codec (CodecFor), rejects a
 // body over MaxJobBytes (1 MiB) or that is not an object/map, and turns
 // decoding errors into a *ValidationError naming the field path
@@ -98,7 +98,7 @@
 // # Ordering
 //
 // Lines are relayed in the order read, numbered by the worker with Fleet-Seq
-// (1, 2, 3 … across all attempts of a query; Nats-Msg-Id <id>.<attempt>.<seq>
+// (1, 2, 3 … across all attempts of a query; Nats-Msg-Id <tenant>.<id>.<attempt>.<seq>
 // makes republishing idempotent). A line too large for one NATS message is
 // stored whole and replaced on .msg by a {"type":"x_fleet_large_line",…}
 // pointer with the same sequence number. A retried query's new attempt
@@ -109,7 +109,7 @@
 //
 // # Synthetic results
 //
-// Every query's .msg stream ends with a "type":"result" line (SPEC 3.3). If
+// Every query's .msg stream ends with a "type":"result" line (docs/protocol.md). If
 // the agent was cancelled, timed out, crashed, could not be started or broke
 // an output limit before writing one (or the dispatcher dead-lettered the
 // job), the worker or dispatcher appends SyntheticResult: an

@@ -8,7 +8,7 @@ import (
 // MaxPromptBytes is the largest prompt a job may carry (256 KiB).
 const MaxPromptBytes = 256 << 10
 
-// Identifier patterns of SPEC 3.
+// Identifier patterns (docs/protocol.md).
 const (
 	TenantPattern = `^[a-z0-9][a-z0-9_-]{0,63}$`
 	IDPattern     = `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`
@@ -23,29 +23,29 @@ const (
 	SandboxCloudflare = "cloudflare"
 )
 
-// Job is one query job as published on <prefix>.jobs.<tenant> (SPEC 3.1).
+// Job is one query job as published on <prefix>.jobs.<tenant> (docs/protocol.md).
 type Job struct {
 	ID       string            `json:"id" msgpack:"id"`
 	Prompt   string            `json:"prompt" msgpack:"prompt"`
 	Tenant   string            `json:"tenant,omitempty" msgpack:"tenant,omitempty"`
 	Sandbox  string            `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
 	Options  Options           `json:"options" msgpack:"options"`
-	Setup    string            `json:"setup,omitempty" msgpack:"setup,omitempty"` // SPEC 15; see setup.go
+	Setup    string            `json:"setup,omitempty" msgpack:"setup,omitempty"` // docs/warm.md; see setup.go
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
-	// Workspace, if set, runs the agent in a checkout of a git repository (SPEC 8).
+	// Workspace, if set, runs the agent in a checkout of a git repository (docs/workspaces.md).
 	Workspace *Workspace `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
-	// Session makes the job a multi-turn session (SPEC 9); see session.go.
+	// Session makes the job a multi-turn session (docs/sessions.md); see session.go.
 	Session *Session `json:"session,omitempty" msgpack:"session,omitempty"`
 	// MaxCostUSD, if set, caps the run's metered model spend; the model
-	// gateway enforces it outside the agent (SPEC 13).
+	// gateway enforces it outside the agent (docs/gateway.md).
 	MaxCostUSD *float64 `json:"max_cost_usd,omitempty" msgpack:"max_cost_usd,omitempty"`
 
-	// Network is what the agent may reach (SPEC 14): "none", "open" or
+	// Network is what the agent may reach (docs/contained.md): "none", "open" or
 	// {"allow":[…]}, raw JSON; decoded by the worker (egress.ForJob).
 	Network json.RawMessage `json:"network,omitempty" msgpack:"network,omitempty"`
 
-	// Limits are the run's cgroup v2 limits in a contained sandbox (SPEC
-	// 14); absent fields take the worker's defaults, and a job asking
+	// Limits are the run's cgroup v2 limits in a contained sandbox
+	// (docs/contained.md); absent fields take the worker's defaults, and a job asking
 	// above the worker's maximums fails at once (limits_not_allowed).
 	Limits *Limits `json:"limits,omitempty" msgpack:"limits,omitempty"`
 }

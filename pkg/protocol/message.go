@@ -23,7 +23,7 @@ const (
 	// TypeLineTooLarge is the marker LineReader puts in place of a line over its cap.
 	TypeLineTooLarge = "x_fleet_line_too_large"
 	// TypeLargeLine is the pointer published on .msg instead of a line too
-	// large for one NATS message (SPEC 3.2).
+	// large for one NATS message (docs/protocol.md).
 	TypeLargeLine = "x_fleet_large_line"
 )
 

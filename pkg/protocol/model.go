@@ -2,7 +2,7 @@ package protocol
 
 // ModelEvent is the JSON object published on
 // <prefix>.query.<tenant>.<id>.model for each model call the gateway (or
-// the Cloudflare bridge's egress) answered (SPEC 13). Call counts from 1 per
+// the Cloudflare bridge's egress) answered (docs/gateway.md). Call counts from 1 per
 // query across attempts.
 type ModelEvent struct {
 	Call                     int     `json:"call"`

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// Session is a job's "session" object (SPEC 9): the job is a multi-turn
+// Session is a job's "session" object (docs/sessions.md): the job is a multi-turn
 // session rather than one run.
 type Session struct {
 	// IdleTimeoutS parks the session after this many seconds with no turn
@@ -115,7 +115,7 @@ type SessionStatus struct {
 	// the session.
 	CtlSeq uint64 `json:"ctl_seq,omitempty" msgpack:"ctl_seq,omitempty"`
 	// Session marks every status a worker publishes for a session job
-	// (SPEC 9), whatever its state; a one-shot query's statuses omit it.
+	// (docs/sessions.md), whatever its state; a one-shot query's statuses omit it.
 	// It lets a reader of the last status tell a session, which takes
 	// input, from a one-shot query, which does not.
 	Session bool `json:"session,omitempty" msgpack:"session,omitempty"`

@@ -3,7 +3,7 @@ package protocol
 // MaxSetupBytes is the longest setup script a job may carry (64 KiB).
 const MaxSetupBytes = 64 << 10
 
-// validateSetup checks the job field setup (SPEC 15): optional; a shell
+// validateSetup checks the job field setup (docs/warm.md): optional; a shell
 // script run in the checkout before the agent starts, valid UTF-8 without
 // NUL bytes (it becomes an argument of sh -c), at most MaxSetupBytes.
 func validateSetup(s string) error {
@@ -14,5 +14,5 @@ func validateSetup(s string) error {
 }
 
 // CodeSetup is error.code of a run whose setup script failed or did not
-// finish (SPEC 15); the agent never started.
+// finish (docs/warm.md); the agent never started.
 const CodeSetup = "setup"

@@ -35,5 +35,5 @@ func TestJobSetupIsOptionalAndBounded(t *testing.T) {
 
 func TestQuerySetupSubject(t *testing.T) {
 	require.Equal(t, "fleet.query.acme.q1.setup", NewNames("").QuerySetup("acme", "q1"))
-	require.Equal(t, "setup", CodeSetup, "SPEC 15 names it")
+	require.Equal(t, "setup", CodeSetup, "the documented code")
 }

@@ -10,7 +10,7 @@ import (
 // State is a query's lifecycle state.
 type State string
 
-// The lifecycle states of SPEC 3.2.
+// The lifecycle states (docs/protocol.md).
 const (
 	StateQueued    State = "queued"
 	StateRunning   State = "running"
@@ -18,7 +18,7 @@ const (
 	StateSucceeded State = "succeeded"
 	StateFailed    State = "failed"
 	StateCancelled State = "cancelled"
-	// Session states (SPEC 9): the process waits for input, waits for an
+	// Session states (docs/sessions.md): the process waits for input, waits for an
 	// approval, or is parked (no process, no slot).
 	StateIdle             State = "idle"
 	StateAwaitingApproval State = "awaiting_approval"
@@ -43,7 +43,7 @@ const (
 	CodeMaxDeliveries      = "max_deliveries"      // the job was redelivered too often (dead letter)
 	CodeNotFound           = "not_found"           // API: no such query
 	CodeInternal           = "internal"            // anything else
-	CodeBudget             = "budget"              // the model gateway stopped the run at a spend cap (SPEC 13)
+	CodeBudget             = "budget"              // the model gateway stopped the run at a spend cap (docs/gateway.md)
 )
 
 // ErrorInfo is the error object of status events and API replies.
@@ -97,14 +97,14 @@ type StatusEvent struct {
 	// Workspace is set for jobs with a workspace: start_sha once checked
 	// out ("running"), the capture's summary in the terminal status.
 	Workspace *WorkspaceStatus `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
-	// Session fields (SPEC 9); see session.go.
+	// Session fields (docs/sessions.md); see session.go.
 	SessionStatus
 	// Reason says why a queued job waits (ReasonFleetCap, ReasonTenantCap,
 	// ReasonBudget, ReasonRateLimited); Position is its place in its
 	// tenant's queue (1 = next), 0 when not known.
 	Reason   string `json:"reason,omitempty" msgpack:"reason,omitempty"`
 	Position int    `json:"position,omitempty" msgpack:"position,omitempty"`
-	// Warm is set on "running" (SPEC 15): whether the run took a warm
+	// Warm is set on "running" (docs/warm.md): whether the run took a warm
 	// agent (true) or started its agent cold (false).
 	Warm *bool `json:"warm,omitempty" msgpack:"warm,omitempty"`
 	// Prompt is the start of the job's prompt (PromptPreview), on the
@@ -132,7 +132,7 @@ func PromptPreview(prompt string) string {
 // SchemaVersion is the V of every envelope this code writes.
 const SchemaVersion = 1
 
-// Message headers of SPEC 3.2.
+// Message headers (docs/protocol.md).
 const (
 	HeaderSeq         = "Fleet-Seq"
 	HeaderAttempt     = "Fleet-Attempt"
@@ -143,10 +143,9 @@ const (
 )
 
 // LineMsgID is the Nats-Msg-Id of one relayed line:
-// <tenant>.<id>.<attempt>.<seq>. SPEC 3.2 says <id>.<attempt>.<seq>; the
-// tenant is added because JetStream dedupes per stream while ids are unique
-// only within a tenant, so two tenants' queries with the same id would
-// otherwise drop each other's lines.
+// <tenant>.<id>.<attempt>.<seq>. The tenant is in it because JetStream
+// dedupes per stream while ids are unique only within a tenant: without it
+// two tenants' queries with the same id would drop each other's lines.
 func LineMsgID(tenant, id string, attempt int, seq uint64) string {
 	return tenant + "." + id + "." + strconv.Itoa(attempt) + "." + strconv.FormatUint(seq, 10)
 }
@@ -166,7 +165,7 @@ type CtlOp struct {
 	Op string `json:"op" msgpack:"op"`
 	// Attempt is set on "fence": runs of earlier attempts must stop relaying.
 	Attempt int `json:"attempt,omitempty" msgpack:"attempt,omitempty"`
-	// Session ops (SPEC 9); see session.go.
+	// Session ops (docs/sessions.md); see session.go.
 	SessionOp
 }
 

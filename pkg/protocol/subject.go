@@ -83,18 +83,18 @@ func (n Names) QueryStatus(tenant, id string) string { return n.query(tenant, id
 // QueryCtl is the control subject ({"op":"cancel"}).
 func (n Names) QueryCtl(tenant, id string) string { return n.query(tenant, id) + ".ctl" }
 
-// QueryArtifact is the subject of a workspace job's artifact manifest (SPEC 8).
+// QueryArtifact is the subject of a workspace job's artifact manifest (docs/workspaces.md).
 func (n Names) QueryArtifact(tenant, id string) string { return n.query(tenant, id) + ".artifact" }
 
 // QueryModel is the subject of a query's model calls, one JSON object per
-// call the model gateway forwarded (SPEC 13).
+// call the model gateway forwarded (docs/gateway.md).
 func (n Names) QueryModel(tenant, id string) string { return n.query(tenant, id) + ".model" }
 
-// QuerySetup carries a job's setup script output, one message per line (SPEC 15).
+// QuerySetup carries a job's setup script output, one message per line (docs/warm.md).
 func (n Names) QuerySetup(tenant, id string) string { return n.query(tenant, id) + ".setup" }
 
 // QueryEgress carries a contained run's refused connections, one JSON
-// object {"host","port","allowed":false} per refused (host, port) (SPEC 14).
+// object {"host","port","allowed":false} per refused (host, port) (docs/contained.md).
 func (n Names) QueryEgress(tenant, id string) string { return n.query(tenant, id) + ".egress" }
 
 // QueryAll matches every subject of one query (.msg, .status, .ctl, .artifact, .model, .setup, .egress).

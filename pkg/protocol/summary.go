@@ -2,7 +2,7 @@ package protocol
 
 import "encoding/json"
 
-// A terminal status's summaries carry every field SPEC lists, false and
+// A terminal status's summaries carry every documented field, false and
 // zero included: a consumer testing `pushed === false` or
 // `total_cost_usd === 0` must find the field. The same types describe
 // non-terminal states too (a running workspace names only its start_sha),
@@ -10,7 +10,7 @@ import "encoding/json"
 
 // MarshalJSON writes w; a terminal summary (one with an end_sha or a
 // capture error) always holds start_sha, end_sha, files_changed, additions,
-// deletions and pushed (SPEC 8).
+// deletions and pushed (docs/workspaces.md).
 func (w WorkspaceStatus) MarshalJSON() ([]byte, error) {
 	type plain WorkspaceStatus
 	if w.EndSHA == "" && w.CaptureError == "" {

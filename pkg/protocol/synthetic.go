@@ -77,7 +77,8 @@ type syntheticXFleet struct {
 
 var zeroUsage = json.RawMessage(`{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}`)
 
-// SyntheticResult returns the line (no trailing newline) of SPEC 3.3.
+// SyntheticResult returns the synthetic result line of docs/protocol.md
+// (no trailing newline).
 //
 // The line has the shape of the SDK's error result: subtype
 // error_during_execution, is_error true, zero cost and usage, errors[0] =

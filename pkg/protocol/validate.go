@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of SPEC 3.1 enforced by (*Job).Validate and DecodeJob.
+// Limits of a job (docs/protocol.md), enforced by (*Job).Validate and DecodeJob.
 const (
 	// MaxJobBytes is the largest encoded job body DecodeJob accepts (1 MiB).
 	MaxJobBytes = 1 << 20
@@ -58,7 +58,7 @@ func ValidTenant(s string) bool { return tenantRE.MatchString(s) }
 // ValidID reports whether s matches IDPattern.
 func ValidID(s string) bool { return idRE.MatchString(s) }
 
-// Validate checks every SPEC 3.1 rule. subjectTenant is the tenant taken from
+// Validate checks every rule of the job format (docs/protocol.md). subjectTenant is the tenant taken from
 // the subject (or "" when the job arrived by another route); requireID says
 // whether id is required (true on direct publish). It fills Tenant from
 // subjectTenant (or DefaultTenant) when empty. Errors are *ValidationError.

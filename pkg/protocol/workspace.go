@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Workspace limits and defaults of SPEC 8.
+// Workspace limits and defaults (docs/workspaces.md).
 const (
 	// DefaultWorkspaceDepth is the clone depth of a workspace without depth.
 	DefaultWorkspaceDepth = 50
@@ -30,7 +30,7 @@ const CodeWorkspaceCheckout = "workspace_checkout"
 // workspace could not be checked out (the agent never started).
 const ReasonWorkspaceCheckout = "workspace_checkout"
 
-// Workspace is a job's optional git repository (SPEC 8): the agent runs in a
+// Workspace is a job's optional git repository (docs/workspaces.md): the agent runs in a
 // checkout of Repo at Ref, and its work comes back as a diff and a bundle.
 type Workspace struct {
 	// Repo is the remote: https://…, http://…, ssh://…, git@host:path or
@@ -81,7 +81,7 @@ type WorkspaceStatus struct {
 	// checkpoint, not final (the session goes on).
 	Checkpoint bool `json:"checkpoint,omitempty" msgpack:"checkpoint,omitempty"`
 	// Cache says how the worker's repository cache served the checkout
-	// (SPEC 15): "tree" (a prepared working tree), "hit", "miss" (the
+	// (docs/warm.md): "tree" (a prepared working tree), "hit", "miss" (the
 	// mirror fetched what was new) or "cold" (the cache could not serve
 	// it; CacheCold says why). Set on
 	// "running"; empty without a cache.
@@ -109,7 +109,7 @@ type ArtifactFile struct {
 }
 
 // Artifact is the manifest of a run's captured work, published once on
-// <prefix>.query.<tenant>.<id>.artifact (SPEC 8).
+// <prefix>.query.<tenant>.<id>.artifact (docs/workspaces.md).
 type Artifact struct {
 	StartSHA    string         `json:"start_sha" msgpack:"start_sha"`
 	EndSHA      string         `json:"end_sha" msgpack:"end_sha"`
@@ -176,8 +176,8 @@ func (w *Workspace) validate() error {
 	return nil
 }
 
-// ValidRepo checks a workspace.repo value: one of the remote forms of SPEC
-// 8, no credentials in it, nothing git could read as an option.
+// ValidRepo checks a workspace.repo value: one of the remote forms of
+// docs/workspaces.md, no credentials in it, nothing git could read as an option.
 func ValidRepo(repo string) error {
 	for _, r := range repo {
 		if r <= ' ' || r == 0x7f {

@@ -1,5 +1,5 @@
 // Package repocache keeps a bare mirror of each repository the worker's
-// workspaces check out (SPEC 15), so that a checkout after the first
+// workspaces check out (docs/warm.md), so that a checkout after the first
 // fetches only what is new and borrows every object it already has.
 //
 // # Layout
@@ -28,7 +28,7 @@
 // filesystem): the checkout then has every object it needs and depends on
 // nothing of the cache afterwards, so a later fetch, repack or eviction of
 // the mirror cannot break a job that is running. Packs are immutable once
-// written; a contained agent (SPEC 14) runs as another uid and cannot write
+// written; a contained agent (docs/contained.md) runs as another uid and cannot write
 // them.
 //
 // # Prepared working trees

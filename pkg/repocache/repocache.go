@@ -42,7 +42,7 @@ type Config struct {
 	Trees int
 	// TreeOwner, when positive and the cache runs as root, is the uid
 	// (and gid) prepared trees are given to as they are made: a contained
-	// agent's (SPEC 14). The checkout that takes one then has nothing to
+	// agent's (docs/contained.md). The checkout that takes one then has nothing to
 	// give the agent, and git nothing to read again (a chown changes
 	// every file's ctime, which git checks). Packs stay the cache's.
 	TreeOwner int

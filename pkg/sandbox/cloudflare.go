@@ -147,7 +147,7 @@ func (c CloudflareConfig) validate() error {
 }
 
 // Cloudflare runs sandboxes in Cloudflare Sandboxes through the bridge
-// Worker (deploy/cloudflare, SPEC section 7), over HTTP with bearer auth.
+// Worker (deploy/cloudflare and its README.md), over HTTP with bearer auth.
 //
 // Create does the explicit ensure-ready step (PUT /v1/sb/:id, retried on
 // 503 until ReadyTimeout). Start writes ProcSpec.Stdin to
@@ -292,7 +292,7 @@ func (c *Cloudflare) newSandbox(spec Spec) *cfSandbox {
 // passed into a Cloudflare sandbox: every name DeniedEnv denies (the
 // worker's secrets and configuration), plus names ending in _TOKEN, _SECRET,
 // _SECRET_KEY, _PASSWORD, _CREDENTIALS or _API_KEY (an agent's API key
-// reaches it only through the bridge's egress interception, SPEC section 7).
+// reaches it only through the bridge's egress interception, deploy/cloudflare/README.md).
 // Names are compared case-insensitively.
 func DeniedEnvName(name string) bool {
 	if DeniedEnv(name) {

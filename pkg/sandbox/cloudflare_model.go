@@ -14,8 +14,8 @@ import (
 )
 
 // ModelMetered is an optional ability of a Sandbox whose model calls leave
-// through a metered egress the provider runs (the Cloudflare bridge, SPEC
-// 13): the worker opens a model run on it, reads its calls while the run
+// through a metered egress the provider runs (the Cloudflare bridge,
+// docs/gateway.md): the worker opens a model run on it, reads its calls while the run
 // goes on, and closes it at the end. The credential is the egress's own;
 // nothing here carries it. Check for it with a type assertion.
 type ModelMetered interface {
@@ -47,7 +47,7 @@ type ModelRun struct {
 	SpentUSD float64 `json:"spent_usd"`
 }
 
-// ModelCall is one metered call, with the JSON of a .model event (SPEC 13).
+// ModelCall is one metered call, with the JSON of a .model event (docs/gateway.md).
 type ModelCall = protocol.ModelEvent
 
 // ModelReport is a model run's state as the egress reports it.

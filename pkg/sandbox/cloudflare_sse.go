@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// This file decodes the bridge's exec stream (SPEC section 7): a
+// This file decodes the bridge's exec stream (deploy/cloudflare/README.md): a
 // text/event-stream whose events are
 //
 //	event: out   data: {"fd":1|2,"off":<bytes of that fd before this chunk>,"b64":"…"}
@@ -148,7 +148,7 @@ func (s *sseReader) Next() (sseEvent, error) {
 	}
 }
 
-// Stream event names (SPEC section 7).
+// Stream event names (deploy/cloudflare/README.md).
 const (
 	sseOut   = "out"
 	sseExit  = "exit"

@@ -14,7 +14,8 @@ import (
 
 // BenchmarkContainedFirstLine measures spawn to first stdout line, contained
 // beside none in the same run (alternating, so both see the same machine),
-// and reports p50 and p99 of each and the p50 difference (SPEC 14's target:
+// and reports p50 and p99 of each and the p50 difference (the target of
+// docs/contained.md:
 // contained at most 15 ms above none).
 func BenchmarkContainedFirstLine(b *testing.B) {
 	if err := sandbox.CheckContained(); err != nil {

@@ -23,7 +23,7 @@ import (
 )
 
 // escapeHost is what a test agent tries to reach: secrets planted where
-// SPEC 14 says a contained agent cannot look, a stand-in for the worker
+// docs/contained.md says a contained agent cannot look, a stand-in for the worker
 // process, a loopback server and two HTTP servers, one on the job's allow
 // list.
 type escapeHost struct {
@@ -120,7 +120,7 @@ func (h *escapeHost) probe(t *testing.T, iso string, step string) string {
 	return strings.TrimSpace(out)
 }
 
-// TestContainedEscapes has a test agent try each thing SPEC 14 says a
+// TestContainedEscapes has a test agent try each thing docs/contained.md says a
 // contained agent cannot do. Each case runs twice: contained, where it
 // must fail, and with isolation none, where the same attempt must succeed
 // (so the test would catch containment switched off).

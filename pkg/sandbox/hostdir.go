@@ -3,7 +3,7 @@ package sandbox
 // HostWorkDir is implemented by sandboxes whose working directory is a
 // directory of this machine (the local provider's, contained or not).
 // Parts of the worker that prepare a workspace from outside the sandbox
-// (the repository cache, SPEC 15) use it; the agent never sees the path.
+// (the repository cache, docs/warm.md) use it; the agent never sees the path.
 type HostWorkDir interface {
 	HostWorkDir() string
 }

@@ -15,7 +15,7 @@ const (
 	// the worker's user (not a security boundary).
 	IsolationNone = "none"
 	// IsolationContained runs each process in Linux namespaces through
-	// bubblewrap (SPEC 14): see the package documentation.
+	// bubblewrap (docs/contained.md): see the package documentation.
 	IsolationContained = "contained"
 )
 

@@ -78,7 +78,7 @@ type LocalConfig struct {
 	Containment string
 
 	// Isolation is IsolationNone (a plain child process) or
-	// IsolationContained (bubblewrap namespaces, SPEC 14; NewLocal fails
+	// IsolationContained (bubblewrap namespaces, docs/contained.md; NewLocal fails
 	// with CheckContained's reason where they cannot be made). Defaults to
 	// IsolationNone.
 	Isolation string

@@ -182,7 +182,7 @@ func TestLocalEnvAllowList(t *testing.T) {
 		require.Contains(t, known, name, "unexpected variable in the child")
 	}
 
-	// The worker's model credential is its gateway's (SPEC 13): never
+	// The worker's model credential is its gateway's (docs/gateway.md): never
 	// copied, even allow-listed; a process spec may set the run's token.
 	b2 := setupLocal(t, sandbox.LocalConfig{EnvAllow: []string{"ANTHROPIC_API_KEY", "SANDBOXTEST_ALLOWED"}})
 	env = childEnv(t, b2.create(t, "key", nil), sandbox.ProcSpec{})

@@ -3,7 +3,7 @@ package sandbox
 import "strings"
 
 // modelCredentialEnv names the variables that hold a model credential. The
-// worker's own are its model gateway's (SPEC 13): the local provider never
+// worker's own are its model gateway's (docs/gateway.md): the local provider never
 // copies them from the worker's environment, whatever LocalConfig.EnvAllow
 // lists. A process spec may still set ANTHROPIC_API_KEY: the worker puts
 // the run's gateway token there.

@@ -93,7 +93,7 @@ type Process interface {
 
 // Interactive is an optional ability of a Sandbox (like nomad's optional
 // ExecTaskStreamingDriver): it starts a process whose stdin stays open, for
-// a caller that talks to it over time (sessions, SPEC 9). Check for it with
+// a caller that talks to it over time (sessions, docs/sessions.md). Check for it with
 // a type assertion; a provider without it cannot run sessions.
 type Interactive interface {
 	// StartInteractive starts a process like Start, but its stdin is a pipe

@@ -11,7 +11,7 @@ import (
 )
 
 // Adopt is Start with a process already started in spec.Sandbox (a warm
-// agent, SPEC 15) with the argv Start would give spec, and still waiting
+// agent, docs/warm.md) with the argv Start would give spec, and still waiting
 // for its first user message: its output is read from proc.Stdout, and
 // the first Turn writes the first message. spec.Resume must be empty (a
 // resumed session restores its files before its agent starts).

@@ -12,7 +12,7 @@ import (
 )
 
 // TestContainedSessions runs the session tests with the real CLI in
-// contained sandboxes (SPEC 14), network none: turns, interrupts,
+// contained sandboxes (docs/contained.md), network none: turns, interrupts,
 // approvals, a resume in another sandbox from the session file, cancel.
 func TestContainedSessions(t *testing.T) {
 	if err := sandbox.CheckContained(); err != nil {

@@ -1,4 +1,4 @@
-// Package session runs one agent process as a multi-turn session (SPEC 9):
+// Package session runs one agent process as a multi-turn session (docs/sessions.md):
 // Claude Code in stream-json input mode (`claude -p --input-format
 // stream-json --output-format stream-json --verbose --replay-user-messages`,
 // plus `--permission-prompt-tool stdio` for remote approvals), its stdin

@@ -1,6 +1,6 @@
 package storage
 
-// Workspace artifacts of SPEC 8 live beside the transcript:
+// Workspace artifacts of docs/workspaces.md live beside the transcript:
 //
 //	queries/<tenant>/<id>/workspace/diff.patch   git diff --binary start_sha end_sha
 //	queries/<tenant>/<id>/workspace/bundle       git bundle of the work branch, prerequisite start_sha

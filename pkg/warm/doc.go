@@ -1,5 +1,5 @@
 // Package warm keeps agents started ahead of the jobs that will use them
-// (SPEC 15): per option profile, up to Config.N agents, each already
+// (docs/warm.md): per option profile, up to Config.N agents, each already
 // spawned in its sandbox in stream-json input mode and waiting for its
 // first user message. A job whose profile matches takes one with
 // [Pool.Take] and writes its prompt as that first message
@@ -34,7 +34,7 @@
 // agent is spawned before anyone knows which run it will serve. So
 // whatever is per run must not be in it as a value of the run: the
 // [SpawnFunc] mints what the environment needs without a run (the model
-// gateway's token of SPEC 13, minted unbound: the gateway answers 401 to
+// gateway's token of docs/gateway.md, minted unbound: the gateway answers 401 to
 // it until it is bound) and returns a [BindFunc]. [Agent.Begin] calls the
 // BindFunc with the run (tenant and job id) before it writes the first
 // user message, so the first model call the agent makes is already metered

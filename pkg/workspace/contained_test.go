@@ -11,7 +11,7 @@ import (
 )
 
 // TestLocalContained runs the workspace suite with git in contained Local
-// sandboxes (SPEC 14): the remotes (file:// repositories of the test,
+// sandboxes (docs/contained.md): the remotes (file:// repositories of the test,
 // invisible inside) are fetched from and pushed to by the worker's side
 // against the checkout's directory, every other git command runs inside
 // as the agent's uid, and the checkout stays the agent's.

@@ -1,5 +1,5 @@
 // Package workspace gives an agent a real git repository to work in and
-// brings back everything it changed (SPEC 8).
+// brings back everything it changed (docs/workspaces.md).
 //
 // Checkout and Capture run git inside the sandbox through sandbox.Sandbox
 // (Start, ReadFile, WriteFile), so one implementation serves every

@@ -1,6 +1,6 @@
 package workspace
 
-// Git's network operations on the worker's side (SPEC 14: "git for
+// Git's network operations on the worker's side (docs/contained.md: "git for
 // workspaces goes through the worker, credentials staying outside"). A
 // contained sandbox reaches no remote, and a file:// remote of this
 // machine is not even visible inside; its checkout is a directory of this

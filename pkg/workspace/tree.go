@@ -1,6 +1,6 @@
 package workspace
 
-// Prepared working trees (SPEC 15): the repository cache keeps complete
+// Prepared working trees (docs/warm.md): the repository cache keeps complete
 // checkouts of a repository at the commit it served last (package
 // repocache, TakeTree), and a checkout of that commit takes one instead of
 // writing every file again.

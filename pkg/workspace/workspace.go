@@ -37,7 +37,7 @@ type Config struct {
 	// MaxBytes fails a checkout whose fetched objects are larger (0 = no limit).
 	MaxBytes int64
 	// Cache, when set, keeps a mirror per repository whose objects
-	// checkouts borrow (SPEC 15), for sandboxes whose working directory is
+	// checkouts borrow (docs/warm.md), for sandboxes whose working directory is
 	// on this machine (sandbox.HostWorkDir). A cache that fails leaves the
 	// checkout to fetch from the remote as it would without one.
 	Cache *repocache.Cache

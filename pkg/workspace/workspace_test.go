@@ -30,7 +30,7 @@ func TestLocal(t *testing.T) {
 }
 
 // TestLocalCached runs the suite again with a repository cache shared by
-// every checkout of the test (SPEC 15): each must behave as without one,
+// every checkout of the test (docs/warm.md): each must behave as without one,
 // and the cache must serve them.
 func TestLocalCached(t *testing.T) {
 	root := t.TempDir()

@@ -1,4 +1,4 @@
-// Routing and route handlers of the bridge (SPEC 7). See README.md for the
+// Routing and route handlers of the bridge. See README.md for the
 // protocol as clients see it.
 
 import { getSandbox, collectFile } from '@cloudflare/sandbox';

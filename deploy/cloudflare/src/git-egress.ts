@@ -1,4 +1,4 @@
-// Git credentials for workspaces (SPEC 8): held by the Worker, added on
+// Git credentials for workspaces (docs/workspaces.md): held by the Worker, added on
 // egress, never in the container.
 //
 // The fleet's worker runs git inside the container through the generic

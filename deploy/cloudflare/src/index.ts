@@ -1,5 +1,5 @@
 // agentfleet sandbox bridge: a Cloudflare Worker that exposes
-// @cloudflare/sandbox to the Go worker over HTTP + SSE (SPEC section 7).
+// @cloudflare/sandbox to the Go worker over HTTP + SSE (deploy/cloudflare/README.md).
 //
 // Module layout:
 //   bridge.ts   routing and route handlers

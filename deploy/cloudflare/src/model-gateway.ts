@@ -1,4 +1,4 @@
-// The model gateway at the bridge's egress (SPEC 13): the Cloudflare
+// The model gateway at the bridge's egress (docs/gateway.md): the Cloudflare
 // counterpart of the Go worker's pkg/gateway. Requests the container
 // sends to api.anthropic.com get the Worker's credential (egress.ts), and
 // here they are also metered and capped:

@@ -1,4 +1,4 @@
-// Where a Cloudflare run's model spend and events are kept (SPEC 13): in the
+// Where a Cloudflare run's model spend and events are kept (docs/gateway.md): in the
 // storage of the sandbox's own Durable Object, so the metered egress
 // (model-gateway.ts), which runs outside the object, and the bridge's routes
 // see one record per sandbox whatever isolate serves them.
@@ -18,7 +18,7 @@ export interface KeyValueStorage {
   delete(key: string): Promise<boolean>;
 }
 
-/** Who a run serves: the Go worker's numbering of its calls (SPEC 13, .model events). */
+/** Who a run serves: the Go worker's numbering of its calls (docs/gateway.md, .model events). */
 export interface RunMeta {
   tenant: string;
   query_id: string;

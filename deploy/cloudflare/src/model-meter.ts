@@ -1,4 +1,4 @@
-// Model metering for the bridge's egress (SPEC 13): the same rules as the Go
+// Model metering for the bridge's egress (docs/gateway.md): the same rules as the Go
 // gateway (pkg/gateway, meter.go and prices.go), so a Cloudflare run is
 // metered and priced exactly as a local one.
 //

@@ -1,4 +1,4 @@
-// The bridge's model-run routes (SPEC 13): how the Go worker opens, reads
+// The bridge's model-run routes (docs/gateway.md): how the Go worker opens, reads
 // and closes the metered run of a sandbox. The run lives in the sandbox's
 // Durable Object (sandbox.ts, model-ledger.ts); the container's calls to
 // api.anthropic.com are metered against it at the egress (model-gateway.ts).

@@ -1,5 +1,5 @@
 // GET /v1/sb/:id/proc/:proc_id/stream: re-serving the SDK's process logs as
-// our SSE protocol (SPEC 7, README "Stream").
+// our SSE protocol (README.md, "Stream").
 //
 // The SDK's streamProcessLogs replays everything the process has written so
 // far on every attach, then follows live output, then sends an `exit` frame.

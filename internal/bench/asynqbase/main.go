@@ -1,4 +1,4 @@
-// Command asynqbase is the asynq baseline of `make bench` (issue 30): the
+// Command asynqbase is the asynq baseline of `make bench`: the
 // fleet's dispatch workload run on asynq and Redis instead. A producer
 // enqueues -jobs tasks carrying -prompt; an asynq server with -concurrency
 // workers runs each by spawning the agent given after the flags (the same

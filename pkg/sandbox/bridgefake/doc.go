@@ -1,5 +1,5 @@
 // Package bridgefake is an in-process fake of the Cloudflare bridge Worker
-// (deploy/cloudflare), serving the HTTP protocol of SPEC section 7 over
+// (deploy/cloudflare), serving the HTTP protocol of deploy/cloudflare/README.md over
 // httptest so that Go tests can run sandbox.Cloudflare end to end without
 // Cloudflare, Node or Docker.
 //

@@ -1,5 +1,5 @@
 // Package egress decides and enforces what a contained sandbox may reach on
-// the network (SPEC 14): the job field `network` ("none", "open" or
+// the network (docs/contained.md): the job field `network` ("none", "open" or
 // {"allow":[…]}) decoded into a Policy, the worker's --network-max cap
 // (CheckMax), and Proxy, the HTTP and CONNECT proxy the worker serves inside
 // each sandbox's network namespace, which admits only the hosts and ports

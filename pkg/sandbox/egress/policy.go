@@ -219,7 +219,7 @@ type NotAllowedError struct {
 	Asked, Max Mode
 }
 
-// Code is the status error code (SPEC 14).
+// Code is the status error code (docs/contained.md).
 const Code = "network_not_allowed"
 
 func (e *NotAllowedError) Error() string {
