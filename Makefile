@@ -50,7 +50,7 @@ bench: ## fleet benchmarks: one figure per line (name value unit), each beside i
 	else cat $$log; exit 1; fi
 	@log=$$(mktemp); \
 	if $(GO) test -run '^$$' -bench '^BenchmarkContainedFirstLine$$' -benchtime 200x -timeout 10m ./pkg/sandbox/ > $$log 2>&1; then \
-		grep -E '^(contained|none)_[a-z_0-9]+ [0-9.]+$$' $$log | sed 's/$$/ ms/'; echo "# contained spawn to first line beside none, same run (SPEC 14 target: contained_extra_p50_ms at most 15); full output: $$log"; \
+		grep -E '^(contained|none)_[a-z_0-9]+ [0-9.]+$$' $$log | sed 's/$$/ ms/'; echo "# contained spawn to first line beside none, same run (target, docs/contained.md: contained_extra_p50_ms at most 15); full output: $$log"; \
 	else cat $$log; exit 1; fi
 
 bench/scale: ## the dispatch benchmark at 1/8/32 slots and 100/2,000/20,000 lines per job (BENCH_SLOTS, BENCH_LINES, BENCH_JOBS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make cluster: the fleet on a 3-node JetStream cluster on this machine, in
-# the tenancy mode of SPEC 12 (decentralized JWT auth, an account per
+# the tenancy mode of docs/tenancy.md (decentralized JWT auth, an account per
 # tenant): the nodes start from deploy/nats/cluster/node-jwt.conf (ports
 # from deploy/nats/cluster/env.sh, stores in $DATA/cluster), which includes
 # deploy/nats/auth/nats-auth.conf, made here once by `dispatcher auth init`

@@ -109,7 +109,7 @@ if [[ $rc -eq 0 ]]; then
   echo "    first lines of the diff (dispatcher diff $wsid):"
   "$BIN/dispatcher" diff "$wsid" | head -n 12 | sed 's/^/      /' || true
 fi
-# A session: two turns in one agent process, then end (SPEC 9).
+# A session: two turns in one agent process, then end (docs/sessions.md).
 if [[ $rc -eq 0 ]]; then
   sid="session-$id"
   echo
