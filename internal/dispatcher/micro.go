@@ -55,6 +55,7 @@ func (e *endpoints) start(context.Context) error {
 		{"cancel", n.APICancel(), serve(decodeRefRequest, apiFailed, h.cancel)},
 		{"status", n.APIStatus(), serve(decodeRefRequest, apiFailed, h.status)},
 		{"list", n.APIList(), serve(decodeListRequest, apiFailed, h.list)},
+		{"schedule", n.APISchedule(), serve(decodeScheduleRequest, scheduleFailed, h.schedule)},
 	}
 	for _, op := range sessionOps {
 		eps = append(eps, ep{op, n.APISessionOp(op), serve(decodeOpRequest(op), apiFailed, h.sessionOp)})
@@ -109,6 +110,14 @@ func apiFailed(e *protocol.ErrorInfo) protocol.APIReply       { return protocol.
 
 func decodeSubmit(m micro.Request) (*protocol.Job, *protocol.ErrorInfo) {
 	return decodeJob(m.Headers().Get(protocol.HeaderContentType), m.Data())
+}
+
+func scheduleFailed(e *protocol.ErrorInfo) protocol.ScheduleReply {
+	return protocol.ScheduleReply{Error: e}
+}
+
+func decodeScheduleRequest(m micro.Request) (protocol.ScheduleRequest, *protocol.ErrorInfo) {
+	return decodeSchedule(m.Data())
 }
 
 func decodeRefRequest(m micro.Request) (protocol.QueryRef, *protocol.ErrorInfo) {

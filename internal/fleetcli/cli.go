@@ -45,6 +45,7 @@ var commands = []func() Command{
 	func() Command { return &statusCmd{} },
 	func() Command { return &cancelCmd{} },
 	func() Command { return &lsCmd{} },
+	func() Command { return &scheduleCmd{} },
 	func() Command { return &diffCmd{} },
 	func() Command { return &sendCmd{} },
 	func() Command { return &approveCmd{} },
