@@ -77,7 +77,7 @@ func FuzzDecodeSchedule(f *testing.F) {
 			}
 			return
 		}
-		if !protocol.ValidTenant(req.Tenant) || (req.Name != "" && !protocol.ValidScheduleName(req.Name)) {
+		if (req.Tenant != "" || req.Action != protocol.ScheduleList) && !protocol.ValidTenant(req.Tenant) || (req.Name != "" && !protocol.ValidScheduleName(req.Name)) {
 			t.Fatalf("accepted %+v", req)
 		}
 		if req.Action != protocol.ScheduleAdd {

@@ -123,8 +123,10 @@ func decodeSchedule(data []byte) (protocol.ScheduleRequest, *protocol.ErrorInfo)
 	if err := dec.Decode(&req); err != nil {
 		return req, apiError(protocol.CodeInvalidJob, "schedule request: "+err.Error())
 	}
-	req.Tenant = cmp.Or(req.Tenant, protocol.DefaultTenant)
-	if !protocol.ValidTenant(req.Tenant) {
+	if req.Action != protocol.ScheduleList || req.Name != "" {
+		req.Tenant = cmp.Or(req.Tenant, protocol.DefaultTenant)
+	}
+	if req.Tenant != "" && !protocol.ValidTenant(req.Tenant) {
 		return req, apiError(protocol.CodeInvalidJob, "tenant: must match "+protocol.TenantPattern)
 	}
 	switch req.Action {

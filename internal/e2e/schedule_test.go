@@ -202,3 +202,57 @@ func TestScheduleRefusesBadSpecs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, protocol.CodeNotFound, r.Error.Code)
 }
+
+// TestScheduleCLI: the CLI's add, ls (table and --json), pause and rm,
+// and its refusals, against a running fleet.
+func TestScheduleCLI(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	url := f.Srv.ClientURL()
+
+	code, _, errOut := runCLI(t, url, "", "schedule", "add", "acme", "nightly", "--cron", "0 0 2 * * *", "--tz", "Europe/Paris", "--max-turns", "3", "Update", "the", "deps")
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut := runCLI(t, url, "", "schedule", "ls", "acme", "--json")
+	require.Equal(t, 0, code, errOut)
+	var list []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list, 1)
+	require.Equal(t, "nightly", list[0]["name"])
+	require.Equal(t, "acme", list[0]["tenant"])
+	require.Equal(t, "0 0 2 * * * Europe/Paris", list[0]["spec"])
+	next, err := time.Parse(time.RFC3339, list[0]["next"].(string))
+	require.NoError(t, err)
+	require.Equal(t, 2, next.In(mustZone(t, "Europe/Paris")).Hour())
+
+	code, out, errOut = runCLI(t, url, "", "schedule", "ls")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "nightly")
+	require.Contains(t, out, "NEXT")
+
+	code, _, errOut = runCLI(t, url, "", "schedule", "pause", "acme", "nightly")
+	require.Equal(t, 0, code, errOut)
+	code, out, _ = runCLI(t, url, "", "schedule", "ls", "acme")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "paused")
+
+	code, _, errOut = runCLI(t, url, "", "schedule", "add", "acme", "bad", "--cron", "0 0 2 * *", "p")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "cron")
+	code, _, errOut = runCLI(t, url, "", "schedule", "add", "acme", "bad", "--cron", "0 0 2 * * *", "--tz", "Nowhere/Else", "p")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "tz")
+	code, _, errOut = runCLI(t, url, "", "schedule", "add", "acme", "bad", "--every", "1m", "--id", "x", "p")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "--id")
+
+	code, _, errOut = runCLI(t, url, "", "schedule", "rm", "acme", "nightly")
+	require.Equal(t, 0, code, errOut)
+	code, _, _ = runCLI(t, url, "", "schedule", "rm", "acme", "nightly")
+	require.Equal(t, 3, code, "removing a schedule that is gone is not found")
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	require.NoError(t, err)
+	return loc
+}
