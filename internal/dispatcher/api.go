@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/agentfleet/agentfleet/internal/schedule"
+	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -32,6 +33,7 @@ type api struct {
 	dead     *deadLetters
 
 	scheduleStore *schedule.Store
+	triggers      *trigger.Store
 }
 
 // submit queues job (valid, with its id) on <prefix>.jobs.<tenant>.

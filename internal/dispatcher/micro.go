@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentfleet/agentfleet/internal/buildinfo"
+	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -56,6 +57,7 @@ func (e *endpoints) start(context.Context) error {
 		{"status", n.APIStatus(), serve(decodeRefRequest, apiFailed, h.status)},
 		{"list", n.APIList(), serve(decodeListRequest, apiFailed, h.list)},
 		{"schedule", n.APISchedule(), serve(decodeScheduleRequest, scheduleFailed, h.schedule)},
+		{"trigger", trigger.Subject(n), serve(decodeTriggerRequest, triggerFailed, h.trigger)},
 	}
 	for _, op := range sessionOps {
 		eps = append(eps, ep{op, n.APISessionOp(op), serve(decodeOpRequest(op), apiFailed, h.sessionOp)})
@@ -118,6 +120,12 @@ func scheduleFailed(e *protocol.ErrorInfo) protocol.ScheduleReply {
 
 func decodeScheduleRequest(m micro.Request) (protocol.ScheduleRequest, *protocol.ErrorInfo) {
 	return decodeSchedule(m.Data())
+}
+
+func triggerFailed(e *protocol.ErrorInfo) trigger.Reply { return trigger.Reply{Error: e} }
+
+func decodeTriggerRequest(m micro.Request) (trigger.Request, *protocol.ErrorInfo) {
+	return decodeTrigger(m.Data())
 }
 
 func decodeRefRequest(m micro.Request) (protocol.QueryRef, *protocol.ErrorInfo) {

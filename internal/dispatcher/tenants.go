@@ -50,6 +50,7 @@ func (t *tenantAPI) start(context.Context) error {
 		"status":   serve(scoped(t, "status", decodeRefRequest), apiFailed, h.status),
 		"list":     serve(scoped(t, "list", decodeListRequest), apiFailed, h.list),
 		"schedule": serve(scoped(t, "schedule", decodeScheduleRequest), scheduleFailed, h.schedule),
+		"trigger":  serve(scoped(t, "trigger", decodeTriggerRequest), triggerFailed, h.trigger),
 	}
 	for _, op := range sessionOps {
 		handlers[op] = serve(scoped(t, op, decodeOpRequest(op)), apiFailed, h.sessionOp)

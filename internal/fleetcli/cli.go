@@ -349,7 +349,7 @@ func replyError(w io.Writer, e *protocol.ErrorInfo) int {
 		return ExitUsage
 	case "no_such_request":
 		return ExitNotFound
-	case "already_answered", "already_finished", "not_a_session":
+	case "already_answered", "already_finished", "not_a_session", "exists":
 		return ExitRejected
 	}
 	return ExitUnavailable
