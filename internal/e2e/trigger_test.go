@@ -111,9 +111,14 @@ func TestInboundTriggerStartsOneJobPerWebhook(t *testing.T) {
 	// Nothing but the one job was queued for acme.
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	lr, err := f.Client.List(ctx, protocol.ListRequest{Tenant: "acme"})
-	require.NoError(t, err)
+	var lr protocol.APIReply
+	fleettest.Eventually(t, wait, func() bool { // the status index lags the statuses
+		var err error
+		lr, err = f.Client.List(ctx, protocol.ListRequest{Tenant: "acme"})
+		return err == nil && len(lr.Queries) > 0
+	}, "acme's job in the list")
 	require.Len(t, lr.Queries, 1)
+	require.Equal(t, id, lr.Queries[0].ID)
 
 	// A template that is not a job is refused at add, naming why.
 	rep = triggerRequest(t, f, trigger.Request{Action: "add", Tenant: "acme", Name: "bad", Template: json.RawMessage(`{"prompt":"p","colour":"red"}`)})
