@@ -37,3 +37,12 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+func TestSampleFieldsNamesEveryPlaceholder(t *testing.T) {
+	got := sampleFields(json.RawMessage(`{"prompt":"{{ .a }} {{ if .b }}{{ .c.d }}{{ else }}{{ .e }}{{ end }}","metadata":{"k":"{{ range .f }}x{{ end }}"},"x":["{{ .g | printf \"%s\" }}"]}`))
+	for _, k := range []string{"a", "b", "c", "e", "f", "g"} {
+		if got[k] != "sample" {
+			t.Errorf("field %q not found in %v", k, got)
+		}
+	}
+}

@@ -70,7 +70,7 @@ func key(tenant, name string) string { return tenant + "." + name }
 
 // Add stores a new trigger with a fresh secret, its template checked.
 func (s *Store) Add(ctx context.Context, tenant, name string, tmpl json.RawMessage) (Definition, error) {
-	if _, err := Render(tmpl, tenant, map[string]any{}); err != nil {
+	if _, err := Render(tmpl, tenant, sampleFields(tmpl)); err != nil {
 		return Definition{}, err
 	}
 	b := make([]byte, 32)
