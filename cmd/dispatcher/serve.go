@@ -215,6 +215,7 @@ func (s *server) metrics(nc *nats.Conn, names protocol.Names) (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("http api: %w", err)
 	}
+	s.ui = s.disp.Inbound(s.ui)
 	return 0, nil
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/agentfleet/agentfleet/internal/schedule"
+	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -29,6 +31,9 @@ type api struct {
 	queued   *queuedCancel
 	sessions *sessions
 	dead     *deadLetters
+
+	scheduleStore *schedule.Store
+	triggers      *trigger.Store
 }
 
 // submit queues job (valid, with its id) on <prefix>.jobs.<tenant>.
@@ -54,6 +59,7 @@ func (h *api) submit(ctx context.Context, job *protocol.Job) protocol.SubmitRepl
 			JobSeq: ack.Sequence, At: time.Now().UTC(), Metadata: job.Metadata}
 		ev.Session = job.Session != nil
 		ev.Prompt = protocol.PromptPreview(job.Prompt)
+		ev.Trigger = job.Trigger
 		if err := h.publishJSON(ctx, n.QueryStatus(job.Tenant, job.ID), ev, ""); err != nil {
 			h.log.Warn().Err(err).Str("query_id", job.ID).Msg("publishing the queued status")
 		}

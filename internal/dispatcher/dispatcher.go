@@ -12,6 +12,8 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/schedule"
+	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -74,6 +76,7 @@ type Service struct {
 	api      *api
 	micro    *endpoints
 	tenants  *tenantAPI
+	sched    *schedules
 
 	// parts in start order; started are those running (Start and Stop
 	// alone touch it, one at a time: startstop serialises them).
@@ -127,6 +130,9 @@ func (s *Service) build(fleetCap int) {
 		queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead,
 		queued: &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap},
 	}
+	s.api.scheduleStore = schedule.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
+	s.api.triggers = trigger.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
+	s.sched = &schedules{store: s.api.scheduleStore, firer: schedule.NewFirer(s.js, s.names, s.api.submitFired, s.log)}
 	s.micro = &endpoints{nc: s.cfg.NC, names: s.names, api: s.api}
 	s.tenants = &tenantAPI{nc: s.cfg.NC, names: s.names, api: s.api, log: s.log}
 	s.parts = []part{
@@ -135,6 +141,8 @@ func (s *Service) build(fleetCap int) {
 		{"sessions", s.sessions.start, s.sessions.stop},
 		{"api", s.micro.start, s.micro.stop},
 		{"tenant api", s.tenants.start, s.tenants.stop},
+		{"schedules", s.sched.start, s.sched.stop},
+		{"triggers", s.api.triggers.Ensure, func(context.Context) error { return nil }},
 		// The admitter stays last: a stopped admitter does not start
 		// again, so no part that can fail to start may follow it.
 		{"admitter", s.adm.Start, s.adm.Stop},

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentfleet/agentfleet/internal/buildinfo"
+	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -55,6 +56,8 @@ func (e *endpoints) start(context.Context) error {
 		{"cancel", n.APICancel(), serve(decodeRefRequest, apiFailed, h.cancel)},
 		{"status", n.APIStatus(), serve(decodeRefRequest, apiFailed, h.status)},
 		{"list", n.APIList(), serve(decodeListRequest, apiFailed, h.list)},
+		{"schedule", n.APISchedule(), serve(decodeScheduleRequest, scheduleFailed, h.schedule)},
+		{"trigger", trigger.Subject(n), serve(decodeTriggerRequest, triggerFailed, h.trigger)},
 	}
 	for _, op := range sessionOps {
 		eps = append(eps, ep{op, n.APISessionOp(op), serve(decodeOpRequest(op), apiFailed, h.sessionOp)})
@@ -109,6 +112,20 @@ func apiFailed(e *protocol.ErrorInfo) protocol.APIReply       { return protocol.
 
 func decodeSubmit(m micro.Request) (*protocol.Job, *protocol.ErrorInfo) {
 	return decodeJob(m.Headers().Get(protocol.HeaderContentType), m.Data())
+}
+
+func scheduleFailed(e *protocol.ErrorInfo) protocol.ScheduleReply {
+	return protocol.ScheduleReply{Error: e}
+}
+
+func decodeScheduleRequest(m micro.Request) (protocol.ScheduleRequest, *protocol.ErrorInfo) {
+	return decodeSchedule(m.Data())
+}
+
+func triggerFailed(e *protocol.ErrorInfo) trigger.Reply { return trigger.Reply{Error: e} }
+
+func decodeTriggerRequest(m micro.Request) (trigger.Request, *protocol.ErrorInfo) {
+	return decodeTrigger(m.Data())
 }
 
 func decodeRefRequest(m micro.Request) (protocol.QueryRef, *protocol.ErrorInfo) {

@@ -45,10 +45,12 @@ func (t *tenantAPI) start(context.Context) error {
 		return fmt.Errorf("dispatcher: tenant micro service: %w", err)
 	}
 	handlers := map[string]micro.HandlerFunc{
-		"submit": serve(scoped(t, "submit", decodeSubmit), submitFailed, h.submit),
-		"cancel": serve(scoped(t, "cancel", decodeRefRequest), apiFailed, h.cancel),
-		"status": serve(scoped(t, "status", decodeRefRequest), apiFailed, h.status),
-		"list":   serve(scoped(t, "list", decodeListRequest), apiFailed, h.list),
+		"submit":   serve(scoped(t, "submit", decodeSubmit), submitFailed, h.submit),
+		"cancel":   serve(scoped(t, "cancel", decodeRefRequest), apiFailed, h.cancel),
+		"status":   serve(scoped(t, "status", decodeRefRequest), apiFailed, h.status),
+		"list":     serve(scoped(t, "list", decodeListRequest), apiFailed, h.list),
+		"schedule": serve(scoped(t, "schedule", decodeScheduleRequest), scheduleFailed, h.schedule),
+		"trigger":  serve(scoped(t, "trigger", decodeTriggerRequest), triggerFailed, h.trigger),
 	}
 	for _, op := range sessionOps {
 		handlers[op] = serve(scoped(t, op, decodeOpRequest(op)), apiFailed, h.sessionOp)

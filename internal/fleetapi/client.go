@@ -229,3 +229,10 @@ func stored(m jetstream.Msg) time.Time {
 	}
 	return time.Time{}
 }
+
+// Schedule sends a schedule request to the dispatcher (fleet.api.schedule).
+func (c *Client) Schedule(ctx context.Context, req protocol.ScheduleRequest) (protocol.ScheduleReply, error) {
+	var r protocol.ScheduleReply
+	err := c.request(ctx, c.Names.APISchedule(), req, &r)
+	return r, err
+}

@@ -45,6 +45,7 @@ var commands = []func() Command{
 	func() Command { return &statusCmd{} },
 	func() Command { return &cancelCmd{} },
 	func() Command { return &lsCmd{} },
+	func() Command { return &scheduleCmd{} },
 	func() Command { return &diffCmd{} },
 	func() Command { return &sendCmd{} },
 	func() Command { return &approveCmd{} },
@@ -348,7 +349,7 @@ func replyError(w io.Writer, e *protocol.ErrorInfo) int {
 		return ExitUsage
 	case "no_such_request":
 		return ExitNotFound
-	case "already_answered", "already_finished", "not_a_session":
+	case "already_answered", "already_finished", "not_a_session", "exists":
 		return ExitRejected
 	}
 	return ExitUnavailable

@@ -22,11 +22,12 @@ type tenantCmd struct {
 	window      time.Duration
 	changed     func(string) bool
 	wh          webhookCmd
+	trig        triggerCmd
 }
 
 func (c *tenantCmd) Help() Help {
 	return Help{
-		Name: "tenant", Args: "set|get|ls|rm|resume|webhook [<tenant>]",
+		Name: "tenant", Args: "set|get|ls|rm|resume|webhook|trigger [<tenant>]",
 		Summary: "admission settings of tenants: runs at once, fair-share weight, budget",
 		Description: `Settings live in the KV bucket FLEET_TENANTS; a tenant without settings
 gets the dispatcher's --tenant-max-running and --tenant-weight. set changes
@@ -35,7 +36,7 @@ dispatcher's NATS credentials (and --inbox-prefix _INBOX_dispatcher with the
 shipped deploy/nats config): producers must not set their own caps.
 get also shows what holds the tenant back now: its spend in the current
 budget window, and a rate-limit pause with its end; resume ends a pause
-at once (when a reset time was wrong, or the limit was lifted).` + webhookHelp,
+at once (when a reset time was wrong, or the limit was lifted).` + webhookHelp + triggerHelp,
 		Examples: `dispatcher tenant set acme --max-running 4 --weight 3
 dispatcher tenant set acme --budget-usd 50 --budget-window 24h
 dispatcher tenant get acme
@@ -52,12 +53,16 @@ func (c *tenantCmd) Flags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.window, "budget-window", 0, "set: the budget's window, e.g. 24h (aligned to multiples of it since the Unix epoch)")
 	c.changed = fs.Changed
 	c.wh.flags(fs)
+	c.trig.flags(fs)
 }
 
 func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
 	c.sub = fs.Arg(0)
 	if c.sub == "webhook" {
 		return c.wh.validate(fs)
+	}
+	if c.sub == "trigger" {
+		return c.trig.validate(fs)
 	}
 	want := 2
 	switch c.sub {
@@ -87,6 +92,9 @@ func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
 func (c *tenantCmd) Run(ctx context.Context, e *Env) int {
 	if c.wh.active {
 		return c.wh.run(ctx, e)
+	}
+	if c.trig.active {
+		return c.trig.run(ctx, e)
 	}
 	cl, code := e.Client()
 	if cl == nil {

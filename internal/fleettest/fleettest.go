@@ -119,6 +119,26 @@ type Fleet struct {
 	Client  *fleetapi.Client
 	Logger  zerolog.Logger
 	connect func(t testing.TB, role string) *nats.Conn
+	dispCfg dispatcher.Config
+}
+
+// StopDispatcher stops the fleet's dispatcher service.
+func (f *Fleet) StopDispatcher() {
+	f.t.Helper()
+	require.NoError(f.t, f.Disp.Stop(context.Background()))
+}
+
+// StartDispatcher starts a new dispatcher service in place of a stopped
+// one, with the same configuration (as a restarted process would).
+func (f *Fleet) StartDispatcher() {
+	f.t.Helper()
+	d, err := dispatcher.New(f.dispCfg)
+	require.NoError(f.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(f.t, d.Start(ctx))
+	f.Disp = d
+	f.t.Cleanup(func() { _ = d.Stop(context.Background()) })
 }
 
 // New starts a fleet (server, dispatcher, storage) for t.
@@ -161,11 +181,12 @@ func New(t testing.TB, o Opts) *Fleet {
 	if o.AckWait == 0 {
 		o.AckWait = 30 * time.Second
 	}
-	f.Disp, err = dispatcher.New(dispatcher.Config{
+	f.dispCfg = dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		Admission: o.Admission,
-	})
+	}
+	f.Disp, err = dispatcher.New(f.dispCfg)
 	require.NoError(t, err)
 	// Generous: on a 3-node cluster, provisioning R3 streams and KV buckets
 	// while every test package runs at once on 2 cores took over 30s in CI.

@@ -60,7 +60,7 @@ func fleetAccount(pub, prefix string) *jwt.AccountClaims {
 // (and others'), whose pulls tenants are denied by name: a pull on a
 // consumer works by name alone. A test lists the durables a running fleet
 // has and fails on one missing here.
-var FleetDurables = []string{"dispatcher-status", "dispatcher-sessions", "dispatcher-dlq", "dispatcher-spend", "archiver", "workers"}
+var FleetDurables = []string{"dispatcher-status", "dispatcher-sessions", "dispatcher-dlq", "dispatcher-spend", "dispatcher-schedules", "archiver", "workers"}
 
 // tenantAccount is tenant t's account: no JetStream of its own, and only
 // its slice of FLEET imported. Its JetStream API ($JS.FLEET.API.…) reaches the
@@ -114,10 +114,11 @@ func tenantPermissions(t, prefix string) jwt.Permissions {
 // deploy/nats/accounts.conf, plus the tenants' API and JetStream proxy.
 func dispatcherPermissions(prefix string) jwt.Permissions {
 	n := protocol.NewNames(prefix)
-	q, a := n.QueriesStream(), n.AdvisoryStream()
+	q, a, sc := n.QueriesStream(), n.AdvisoryStream(), n.SchedulesStream()
 	var p jwt.Permissions
-	p.Pub.Allow.Add("$JS.API.>", prefix+".jobs.>", prefix+".work.>", prefix+".query.>", prefix+".dlq.>",
-		"$JS.ACK."+q+".>", "$JS.ACK."+a+".>", "$JS.ACK.*.*."+q+".>", "$JS.ACK.*.*."+a+".>", "$O.>", "$KV.>",
+	p.Pub.Allow.Add("$JS.API.>", prefix+".jobs.>", prefix+".work.>", prefix+".query.>", prefix+".dlq.>", prefix+".sched.>",
+		"$JS.ACK."+q+".>", "$JS.ACK."+a+".>", "$JS.ACK.*.*."+q+".>", "$JS.ACK.*.*."+a+".>",
+		"$JS.ACK."+sc+".>", "$JS.ACK.*.*."+sc+".>", "$O.>", "$KV.>",
 		"$SRV.>", prefix+".worker.*.info", prefix+".worker.*.drain")
 	p.Sub.Allow.Add(prefix+".api.>", prefix+".tapi.>", prefix+".tjs.>", prefix+".jobs.>", prefix+".query.*.*.status",
 		prefix+".query.*.*.msg", prefix+".ratelimit.*", "_INBOX_dispatcher.>", "$SRV.>")

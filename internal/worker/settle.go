@@ -111,6 +111,7 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	ev.Worker = q.w.cfg.ID
 	ev.Session = q.job.Session != nil
 	ev.Prompt = protocol.PromptPreview(q.job.Prompt)
+	ev.Trigger = q.job.Trigger
 	if ev.State == protocol.StateRunning {
 		warm := q.warm != nil
 		ev.Warm = &warm

@@ -32,6 +32,9 @@ type Job struct {
 	Options  Options           `json:"options" msgpack:"options"`
 	Setup    string            `json:"setup,omitempty" msgpack:"setup,omitempty"` // docs/warm.md; see setup.go
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	// Trigger is set on the jobs the fleet starts itself (a schedule's
+	// firing); statuses carry it.
+	Trigger *Trigger `json:"trigger,omitempty" msgpack:"trigger,omitempty"`
 	// Workspace, if set, runs the agent in a checkout of a git repository (docs/workspaces.md).
 	Workspace *Workspace `json:"workspace,omitempty" msgpack:"workspace,omitempty"`
 	// Session makes the job a multi-turn session (docs/sessions.md); see session.go.

@@ -111,6 +111,8 @@ type StatusEvent struct {
 	// statuses the dispatcher's API and the workers publish, so that a
 	// list shows what a query was asked and search finds it by its text.
 	Prompt string `json:"prompt,omitempty" msgpack:"prompt,omitempty"`
+	// Trigger is what started the job when the fleet did (a schedule).
+	Trigger *Trigger `json:"trigger,omitempty" msgpack:"trigger,omitempty"`
 }
 
 // PromptPreviewBytes bounds StatusEvent.Prompt.

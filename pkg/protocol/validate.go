@@ -100,6 +100,9 @@ func (j *Job) Validate(subjectTenant string, requireID bool) error {
 	if err := validateMetadata(j.Metadata); err != nil {
 		return err
 	}
+	if err := j.Trigger.validate(); err != nil {
+		return err
+	}
 	return j.Workspace.validate()
 }
 
