@@ -193,7 +193,7 @@ func (c *scheduleCmd) Run(ctx context.Context, e *Env) int {
 
 func printSchedules(e *Env, list []protocol.ScheduleInfo) {
 	tw := tabwriter.NewWriter(e.Out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tNAME\tSPEC\tNEXT\tLAST JOB\tSTATE")
+	fmt.Fprintln(tw, "TENANT\tNAME\tWHEN\tNEXT\tLAST JOB\tSTATE")
 	for _, s := range list {
 		next := "-"
 		switch {
