@@ -328,3 +328,43 @@ func TestBrowserShowsTheAnswerAndEachStateOnce(t *testing.T) {
 	require.Equal(t, 1, strings.Count(timeline, "running"), timeline)
 	require.Equal(t, 1, strings.Count(timeline, "succeeded"), timeline)
 }
+
+// The run page says what started a run: a schedule, an inbound webhook,
+// a GitHub event (its link made safe), or a producer.
+func TestRunPageShowsItsTrigger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "s3cret")
+	f := b.f
+	jobs := map[string]string{
+		"by-producer": `{"id":"by-producer","prompt":"p"}`,
+		"by-schedule": `{"id":"by-schedule","prompt":"p","trigger":{"kind":"schedule","name":"nightly","fire_at":"2026-12-08T01:00:00Z"}}`,
+		"by-webhook":  `{"id":"by-webhook","prompt":"p","trigger":{"kind":"webhook","name":"deploy","delivery":"msg_1"}}`,
+		"by-github":   `{"id":"by-github","prompt":"p","trigger":{"kind":"github","event":"issue_comment","url":"javascript:alert(1)"}}`,
+	}
+	for id, body := range jobs {
+		f.PublishJob("default", []byte(body), nil)
+		require.Equal(t, protocol.StateSucceeded, f.Follow("default", id, wait).Final.State)
+	}
+	page := func(id string) string {
+		var body string
+		fleettest.Eventually(t, wait, func() bool { // the status index lags the run's end
+			req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/q/default/"+id, nil)
+			req.Header.Set("Authorization", "Bearer s3cret")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			body = string(raw)
+			return resp.StatusCode == http.StatusOK && strings.Contains(body, `id="trigger"`)
+		}, "the run page of "+id)
+		return body
+	}
+	require.Contains(t, page("by-producer"), "submitted by a producer")
+	require.Contains(t, page("by-schedule"), "started by schedule nightly at 2026-12-08 01:00:00Z")
+	require.Contains(t, page("by-webhook"), "started by inbound webhook deploy (delivery msg_1)")
+	gh := page("by-github")
+	require.Contains(t, gh, "started by GitHub issue_comment")
+	require.NotContains(t, gh, `href="javascript:`)
+}

@@ -24,6 +24,9 @@ func decodeJob(contentType string, data []byte) (*protocol.Job, *protocol.ErrorI
 		}
 		err = job.Validate("", false)
 	}
+	if err == nil && job.Trigger != nil {
+		return nil, apiError(protocol.CodeInvalidJob, "trigger: set by the fleet on the jobs it starts (schedules, triggers); a submission may not name one")
+	}
 	if err != nil {
 		return nil, apiError(protocol.CodeInvalidJob, err.Error())
 	}

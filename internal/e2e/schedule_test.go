@@ -201,6 +201,12 @@ func TestScheduleRefusesBadSpecs(t *testing.T) {
 	r, err = f.Client.Schedule(ctx, protocol.ScheduleRequest{Action: protocol.ScheduleRemove, Tenant: "acme", Name: "nope"})
 	require.NoError(t, err)
 	require.Equal(t, protocol.CodeNotFound, r.Error.Code)
+
+	// A producer cannot pass its job off as a schedule's.
+	sr, err := f.Client.Submit(ctx, protocol.Job{Tenant: "acme", Prompt: "p", Trigger: &protocol.Trigger{Kind: protocol.TriggerSchedule, Name: "x"}})
+	require.NoError(t, err)
+	require.NotNil(t, sr.Error)
+	require.Contains(t, sr.Error.Message, "trigger")
 }
 
 // TestScheduleCLI: the CLI's add, ls (table and --json), pause and rm,
