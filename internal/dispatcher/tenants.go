@@ -29,7 +29,7 @@ type tenantAPI struct {
 	api   *api
 	log   zerolog.Logger
 	svc   micro.Service
-	js    *nats.Subscription
+	js    *tenancy.JSProxy
 }
 
 func (t *tenantAPI) start(context.Context) error {
@@ -64,17 +64,17 @@ func (t *tenantAPI) start(context.Context) error {
 		_ = svc.Stop()
 		return err
 	}
-	t.svc, t.js = svc, p.Subscription()
+	t.svc, t.js = svc, p
 	return nil
 }
 
-func (t *tenantAPI) stop(context.Context) error {
+func (t *tenantAPI) stop(ctx context.Context) error {
 	if t.svc == nil {
 		return nil
 	}
 	err := t.svc.Stop()
 	if t.js != nil {
-		_ = t.js.Drain()
+		_ = t.js.Stop(ctx)
 	}
 	t.svc, t.js = nil, nil
 	return err
