@@ -34,7 +34,10 @@ func newProxied(t testing.TB, o tenancy.ProxyOptions) *proxied {
 		call := strings.TrimPrefix(m.Subject, "$JS.SLOW.API.")
 		if strings.Contains(call, ".hang") {
 			p.held <- call
-			go func() { <-p.release; _ = m.Respond([]byte(`{"error":{"code":404,"err_code":10014,"description":"consumer not found"}}`)) }()
+			go func() {
+				<-p.release
+				_ = m.Respond([]byte(`{"error":{"code":404,"err_code":10014,"description":"consumer not found"}}`))
+			}()
 			return
 		}
 		r, err := adm.Request("$JS.API."+call, m.Data, 10*time.Second)
