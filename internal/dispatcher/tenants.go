@@ -30,6 +30,7 @@ type tenantAPI struct {
 	log   zerolog.Logger
 	svc   micro.Service
 	js    *tenancy.JSProxy
+	jobs  *tenantJobs
 }
 
 func (t *tenantAPI) start(context.Context) error {
@@ -64,7 +65,13 @@ func (t *tenantAPI) start(context.Context) error {
 		_ = svc.Stop()
 		return err
 	}
-	t.svc, t.js = svc, p
+	jobs := &tenantJobs{nc: t.nc, names: n, log: t.log}
+	if err := jobs.start(); err != nil {
+		_ = svc.Stop()
+		_ = p.Stop(context.Background())
+		return err
+	}
+	t.svc, t.js, t.jobs = svc, p, jobs
 	return nil
 }
 
@@ -76,7 +83,10 @@ func (t *tenantAPI) stop(ctx context.Context) error {
 	if t.js != nil {
 		_ = t.js.Stop(ctx)
 	}
-	t.svc, t.js = nil, nil
+	if t.jobs != nil {
+		_ = t.jobs.stop(ctx)
+	}
+	t.svc, t.js, t.jobs = nil, nil, nil
 	return err
 }
 
