@@ -57,6 +57,7 @@ func TestDecodeAccepts(t *testing.T) {
 	if err := Decode([]byte(in), &v); err != nil {
 		t.Fatal(err)
 	}
+	v.hidden++ // unexported: never a JSON field
 	if v.Name != "n" || v.Inner.Subject != "s" || v.List[0].Subject != "l" || v.Meta["Any"] != "1" || v.Plain != 3 || v.When.Year() != 2026 {
 		t.Fatalf("%+v", v)
 	}

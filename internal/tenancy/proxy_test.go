@@ -101,7 +101,8 @@ func TestTenantReplayOrdered(t *testing.T) {
 	const n = 500
 	fleetQueries(t, s, "acme", "q1", n)
 	fleetQueries(t, s, "other", "q1", 50)
-	nc := s.connect(s.creds("acme", 0), nil)
+	creds := s.creds("acme", 0)
+	nc := s.connect(creds, nil)
 	js, err := jetstream.NewWithAPIPrefix(nc, tenancy.JSAPIPrefix)
 	require.NoError(t, err)
 	open := func(t *testing.T) jetstream.Consumer {
@@ -142,6 +143,18 @@ func TestTenantReplayOrdered(t *testing.T) {
 			got = append(got, m)
 		}
 		check(t, got)
+	})
+	t.Run("cli tail", func(t *testing.T) {
+		_, err := jsOf(t, s.role(tenancy.AdminFile, "client")).Publish(ctxT(t, 10*time.Second), "fleet.query.acme.q1.status",
+			[]byte(`{"v":1,"id":"q1","tenant":"acme","state":"succeeded"}`))
+		require.NoError(t, err)
+		code, out, errs := cli(t, "tail", "q1", "--raw", "--nats-url", s.Srv.ClientURL(), "--nats-creds", creds)
+		require.Equal(t, 0, code, errs)
+		var want strings.Builder
+		for i := 1; i <= n; i++ {
+			fmt.Fprintf(&want, `{"type":"line","n":%d}`+"\n", i)
+		}
+		require.Contains(t, out, want.String())
 	})
 	t.Run("consume", func(t *testing.T) {
 		ch := make(chan jetstream.Msg, n)
