@@ -29,7 +29,8 @@ type tenantAPI struct {
 	api   *api
 	log   zerolog.Logger
 	svc   micro.Service
-	js    *nats.Subscription
+	js    *tenancy.JSProxy
+	jobs  *tenantJobs
 }
 
 func (t *tenantAPI) start(context.Context) error {
@@ -66,19 +67,28 @@ func (t *tenantAPI) start(context.Context) error {
 		_ = svc.Stop()
 		return err
 	}
-	t.svc, t.js = svc, p.Subscription()
+	jobs := &tenantJobs{nc: t.nc, names: n, log: t.log}
+	if err := jobs.start(); err != nil {
+		_ = svc.Stop()
+		_ = p.Stop(context.Background())
+		return err
+	}
+	t.svc, t.js, t.jobs = svc, p, jobs
 	return nil
 }
 
-func (t *tenantAPI) stop(context.Context) error {
+func (t *tenantAPI) stop(ctx context.Context) error {
 	if t.svc == nil {
 		return nil
 	}
 	err := t.svc.Stop()
 	if t.js != nil {
-		_ = t.js.Drain()
+		_ = t.js.Stop(ctx)
 	}
-	t.svc, t.js = nil, nil
+	if t.jobs != nil {
+		_ = t.jobs.stop(ctx)
+	}
+	t.svc, t.js, t.jobs = nil, nil, nil
 	return err
 }
 

@@ -44,7 +44,7 @@ func fleetAccount(pub, prefix string) *jwt.AccountClaims {
 	ac.Name = "FLEET"
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	ac.Exports.Add(
-		&jwt.Export{Name: "jobs", Subject: jwt.Subject(prefix + ".jobs.*"), Type: jwt.Service},
+		&jwt.Export{Name: "jobs", Subject: jwt.Subject(TenantSubmitSubject(prefix, "*")), Type: jwt.Service},
 		&jwt.Export{Name: "ctl", Subject: jwt.Subject(prefix + ".query.*.*.ctl"), Type: jwt.Service},
 		&jwt.Export{Name: "queries", Subject: jwt.Subject(prefix + ".query.>"), Type: jwt.Stream},
 		&jwt.Export{Name: "api", Subject: jwt.Subject(prefix + ".tapi.*.>"), Type: jwt.Service},
@@ -80,7 +80,7 @@ func tenantAccount(pub, t, fleet, prefix string) *jwt.AccountClaims {
 		return svc(name, TenantJSSubject(prefix, t, rest), JSAPIPrefix+"."+rest)
 	}
 	ac.Imports.Add(
-		&jwt.Import{Name: "jobs", Account: fleet, Subject: jwt.Subject(prefix + ".jobs." + t), Type: jwt.Service},
+		svc("jobs", TenantSubmitSubject(prefix, t), prefix+".jobs."+t),
 		&jwt.Import{Name: "ctl", Account: fleet, Subject: jwt.Subject(prefix + ".query." + t + ".*.ctl"), Type: jwt.Service},
 		&jwt.Import{Name: "queries", Account: fleet, Subject: jwt.Subject(prefix + ".query." + t + ".>"), Type: jwt.Stream},
 		svc("api", TenantAPISubject(prefix, t, ">"), prefix+".api.>"),
@@ -120,7 +120,7 @@ func dispatcherPermissions(prefix string) jwt.Permissions {
 		"$JS.ACK."+q+".>", "$JS.ACK."+a+".>", "$JS.ACK.*.*."+q+".>", "$JS.ACK.*.*."+a+".>",
 		"$JS.ACK."+sc+".>", "$JS.ACK.*.*."+sc+".>", "$O.>", "$KV.>",
 		"$SRV.>", prefix+".worker.*.info", prefix+".worker.*.drain")
-	p.Sub.Allow.Add(prefix+".api.>", prefix+".tapi.>", prefix+".tjs.>", prefix+".jobs.>", prefix+".query.*.*.status",
+	p.Sub.Allow.Add(prefix+".api.>", prefix+".tapi.>", prefix+".tjs.>", prefix+".tsub.*", prefix+".jobs.>", prefix+".query.*.*.status",
 		prefix+".query.*.*.msg", prefix+".ratelimit.*", "_INBOX_dispatcher.>", "$SRV.>")
 	p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	return p

@@ -6,7 +6,11 @@
 // admins) and DIR/nats-auth.conf for nats-server to include; `tenant creds`
 // adds an account per tenant that imports only its slice of FLEET:
 //
-//	<p>.jobs.T               service  publish jobs (PubAcks come back)
+//	<p>.jobs.T               service  from <p>.tsub.T: publish jobs; the
+//	                                  dispatcher decodes each strictly
+//	                                  (ScopeSubmission), publishes the job
+//	                                  it builds with Nats-Msg-Id T.<id>,
+//	                                  and answers the PubAck
 //	<p>.query.T.*.ctl        service  control its own queries
 //	<p>.query.T.>            stream   its own query subjects, live
 //	<p>.api.>                service  from <p>.tapi.T.>: the fleet API, the
@@ -15,7 +19,9 @@
 //	$JS.FLEET.API.…          service  the JetStream calls a reader of
 //	                                  FLEET_QUERIES needs: consumer create,
 //	                                  info, delete and message gets from
-//	                                  <p>.tjs.T.…, checked and forwarded by
+//	                                  <p>.tjs.T.…, decoded into the fleet's
+//	                                  own types (keys byte-exact, see
+//	                                  internal/strictjson) and rebuilt by
 //	                                  the dispatcher (JSProxy); pulls and
 //	                                  direct gets of its subjects straight
 //	                                  from FLEET's $JS.API

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
 
@@ -66,24 +67,29 @@ func FuzzScopeRequest(f *testing.F) {
 func FuzzCheckConsumerCreate(f *testing.F) {
 	f.Add("n1", "fleet.query.a.>", []byte(`{"stream_name":"FLEET_QUERIES","config":{"name":"n1","filter_subject":"fleet.query.a.>"}}`))
 	f.Add("n1", "fleet.query.a.q.>", []byte(`{"config":{"Deliver_Subject":"x"}}`))
+	f.Add("n1", "fleet.query.a.q.>", []byte(`{"config":{"deliver_ſubject":"x"}}`))
+	f.Add("n1", "fleet.query.a.q.>", []byte("{\"config\":{\"durable_name\":\"x\",\"\u212a\":1}}"))
 	f.Add("n1", "fleet.query.b.>", []byte(`{"config":{}}`))
+	f.Add("n1", "", []byte(`{"config":{"filter_subject":"fleet.query.a.q1.>","deliver_policy":"by_start_sequence","opt_start_seq":5,"ack_policy":"none","num_replicas":1,"mem_storage":true,"inactive_threshold":1000}}`))
 	f.Fuzz(func(t *testing.T, name, filter string, b []byte) {
-		out, err := CheckConsumerCreate(name, filter, "fleet.query.a.", b)
+		cc, err := CheckConsumerCreate("FLEET_QUERIES", name, filter, "fleet.query.a.", b)
 		if err != nil {
 			return
 		}
-		var req struct {
-			Action string
-			Config map[string]json.RawMessage
+		// What the proxy sends, read as nats-server reads it.
+		var req server.CreateConsumerRequest
+		if err := json.Unmarshal(cc.Body(), &req); err != nil {
+			t.Fatalf("sent %q: %v", cc.Body(), err)
 		}
-		if json.Unmarshal(out, &req) != nil || req.Action != "create" || !strings.HasPrefix(filter, "fleet.query.a.") {
-			t.Fatalf("let through %q for %q", out, filter)
+		c := req.Config
+		if c.DeliverSubject != "" || c.DeliverGroup != "" || c.Durable != "" || len(c.FilterSubjects) > 0 || c.AckPolicy != server.AckNone ||
+			!strings.HasPrefix(c.FilterSubject, "fleet.query.a.") || c.Name != cc.Name || req.Action != server.ActionCreate || req.Stream != "FLEET_QUERIES" ||
+			c.InactiveThreshold <= 0 || c.InactiveThreshold > maxInactive || c.MaxDeliver != 0 || len(c.Metadata) > 0 {
+			t.Fatalf("let %q through as %q", b, cc.Body())
 		}
-		for k := range req.Config {
-			switch strings.ToLower(k) {
-			case "deliver_subject", "deliver_group", "durable_name", "filter_subjects":
-				t.Fatalf("let %s through: %q", k, out)
-			}
+		want := "CONSUMER.CREATE.FLEET_QUERIES." + cc.Name + "." + c.FilterSubject
+		if cc.Subject() != want || strings.ContainsAny(cc.Name, ".*> ") {
+			t.Fatalf("sends on %q, not %q", cc.Subject(), want)
 		}
 	})
 }
@@ -100,18 +106,17 @@ func FuzzCheckMsgGet(f *testing.F) {
 	f.Add([]byte(`{"last_by_subj":"fleet.query.a.q1.status"}`))
 	f.Add([]byte(`{"last_by_subj":"fleet.query.b.q1.status"}`))
 	f.Add([]byte(`{"seq":1}`))
+	f.Add([]byte(`{"Seq":1,"last_by_subj":"fleet.query.a.q1.status"}`))
 	f.Add([]byte(`{"last_by_subj":"fleet.query.a.>"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if CheckMsgGet("fleet.query.a.", b) != nil {
+		out, err := CheckMsgGet("fleet.query.a.", b)
+		if err != nil {
 			return
 		}
-		var req map[string]json.RawMessage
-		if json.Unmarshal(b, &req) != nil || len(req) != 1 {
-			t.Fatalf("let %q through", b)
-		}
-		var subj string
-		if json.Unmarshal(req["last_by_subj"], &subj) != nil || !strings.HasPrefix(subj, "fleet.query.a.") {
-			t.Fatalf("let %q through", b)
+		var req server.JSApiMsgGetRequest
+		if json.Unmarshal(out, &req) != nil || req.Seq != 0 || req.NextFor != "" || req.Batch != 0 || req.StartTime != nil ||
+			!strings.HasPrefix(req.LastFor, "fleet.query.a.") || strings.ContainsAny(req.LastFor, "*> ") {
+			t.Fatalf("let %q through as %q", b, out)
 		}
 	})
 }

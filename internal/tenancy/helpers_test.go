@@ -22,12 +22,12 @@ func TestMain(m *testing.M) { fleettest.MainNoLeaks(m) }
 // setup is an auth directory and a nats-server started from the
 // nats-auth.conf it generated, included as the docs say.
 type setup struct {
-	t   *testing.T
+	t   testing.TB
 	Dir *tenancy.Dir
 	Srv *server.Server
 }
 
-func newSetup(t *testing.T) *setup {
+func newSetup(t testing.TB) *setup {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "auth")
 	require.NoError(t, tenancy.Init(path, tenancy.InitOptions{}))
@@ -35,7 +35,7 @@ func newSetup(t *testing.T) *setup {
 }
 
 // serveDir starts a server on the setup in path.
-func serveDir(t *testing.T, path string) *setup {
+func serveDir(t testing.TB, path string) *setup {
 	t.Helper()
 	d, err := tenancy.Open(path)
 	require.NoError(t, err)
@@ -100,14 +100,14 @@ func (s *setup) fleetConnect(_ testing.TB, role string) *nats.Conn {
 	}
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // jsOf is nc's JetStream API (the default prefix).
-func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+func jsOf(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(3*time.Second))
 	require.NoError(t, err)
 	return js

@@ -3,9 +3,10 @@ package tenancy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,30 +14,69 @@ import (
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
-// maxInactive bounds a tenant consumer's inactivity threshold, so one
-// whose reader died goes away.
-const maxInactive = 5 * time.Minute
+// ErrBusy: the proxy already serves as many requests (the tenant's, or
+// all tenants') as it may at once; the caller may retry.
+var ErrBusy = errors.New("tenancy: the dispatcher's JetStream proxy is busy")
+
+// ProxyOptions configure a JSProxy. Zero values take the defaults.
+type ProxyOptions struct {
+	// Upstream is the JetStream API prefix requests are sent on (default
+	// $JS.API, the dispatcher's own account's).
+	Upstream string
+	// Timeout bounds each upstream request (default 10s).
+	Timeout time.Duration
+	// MaxInFlight bounds the requests served at once (default 256), and
+	// MaxPerTenant those of one tenant (default 32): a request over
+	// either is refused at once as busy, never queued behind others.
+	MaxInFlight, MaxPerTenant int
+}
 
 // JSProxy answers tenants' JetStream API calls that cannot be imported
 // raw: a consumer create (its body may name a deliver subject, where the
 // server would then write in FLEET, or a durable), consumer info and
 // delete (by name alone, they would reach the fleet's durables), and the
 // body form of message gets (a sequence reaches every tenant's messages).
-// Each is checked against the tenant of its subject and forwarded with
-// the dispatcher's own credentials.
+// Each is decoded into the fleet's own types against the tenant of its
+// subject, and the proxy sends a request it builds itself from them
+// (never the tenant's bytes or headers) with the dispatcher's
+// credentials. Requests are served concurrently, each in its own
+// goroutine, within the limits of ProxyOptions.
 type JSProxy struct {
-	nc      *nats.Conn
-	prefix  string
-	stream  string
-	timeout time.Duration
-	sub     *nats.Subscription
+	nc     *nats.Conn
+	prefix string
+	stream string
+	opts   ProxyOptions
+	sub    *nats.Subscription
+
+	mu       sync.Mutex
+	inFlight int
+	byTenant map[string]int
+	wg       sync.WaitGroup
 }
 
 // ServeJS starts a JSProxy on nc (the dispatcher's connection) in a queue
-// group, so several dispatchers share it. Drain its Subscription to stop it.
+// group, so several dispatchers share it, with the default options. Stop
+// it with Stop.
 func ServeJS(nc *nats.Conn, prefix string) (*JSProxy, error) {
-	p := &JSProxy{nc: nc, prefix: prefix, stream: protocol.NewNames(prefix).QueriesStream(), timeout: 10 * time.Second}
-	sub, err := nc.QueueSubscribe(prefix+".tjs.*.>", "fleet-tjs", p.handle)
+	return ServeJSWith(nc, prefix, ProxyOptions{})
+}
+
+// ServeJSWith is ServeJS with options.
+func ServeJSWith(nc *nats.Conn, prefix string, o ProxyOptions) (*JSProxy, error) {
+	if o.Upstream == "" {
+		o.Upstream = "$JS.API"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 256
+	}
+	if o.MaxPerTenant <= 0 {
+		o.MaxPerTenant = 32
+	}
+	p := &JSProxy{nc: nc, prefix: prefix, stream: protocol.NewNames(prefix).QueriesStream(), opts: o, byTenant: map[string]int{}}
+	sub, err := nc.QueueSubscribe(prefix+".tjs.*.>", "fleet-tjs", p.dispatch)
 	if err != nil {
 		return nil, fmt.Errorf("tenancy: serving the tenants' JetStream API: %w", err)
 	}
@@ -44,19 +84,73 @@ func ServeJS(nc *nats.Conn, prefix string) (*JSProxy, error) {
 	return p, nil
 }
 
-// Subscription is the proxy's; draining it stops the proxy once the
-// requests in flight are answered.
-func (p *JSProxy) Subscription() *nats.Subscription { return p.sub }
+// Stop drains the proxy's subscription and waits for the requests in
+// flight (each bounded by the upstream timeout) or ctx.
+func (p *JSProxy) Stop(ctx context.Context) error {
+	closed := p.sub.StatusChanged(nats.SubscriptionClosed)
+	if err := p.sub.Drain(); err == nil {
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
-func (p *JSProxy) handle(m *nats.Msg) {
+// dispatch hands m to a goroutine of its own, or refuses it as busy.
+func (p *JSProxy) dispatch(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
 	rest, _ := strings.CutPrefix(m.Subject, p.prefix+".tjs.")
 	tenant, call, _ := strings.Cut(rest, ".")
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	if err := p.acquire(tenant); err != nil {
+		_ = m.Respond(jsError(err))
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer p.release(tenant)
+		p.serve(tenant, call, m)
+	}()
+}
+
+func (p *JSProxy) acquire(tenant string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight >= p.opts.MaxInFlight {
+		return fmt.Errorf("%w: %d requests in flight; retry", ErrBusy, p.inFlight)
+	}
+	if p.byTenant[tenant] >= p.opts.MaxPerTenant {
+		return fmt.Errorf("%w: %d requests of tenant %s in flight; retry", ErrBusy, p.byTenant[tenant], tenant)
+	}
+	p.inFlight++
+	p.byTenant[tenant]++
+	return nil
+}
+
+func (p *JSProxy) release(tenant string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inFlight--
+	if p.byTenant[tenant]--; p.byTenant[tenant] <= 0 {
+		delete(p.byTenant, tenant)
+	}
+}
+
+func (p *JSProxy) serve(tenant, call string, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.Timeout)
 	defer cancel()
-	resp, err := p.forward(ctx, tenant, call, m)
+	resp, err := p.forward(ctx, tenant, call, m.Data)
 	if err != nil {
 		_ = m.Respond(jsError(err))
 		return
@@ -66,97 +160,66 @@ func (p *JSProxy) handle(m *nats.Msg) {
 	_ = m.RespondMsg(out)
 }
 
-// forward checks call ($JS.API.<call>) for tenant and sends it on.
-func (p *JSProxy) forward(ctx context.Context, tenant, call string, m *nats.Msg) (*nats.Msg, error) {
+// forward checks call ($JS.API.<call>, with body data) for tenant and
+// sends the request it builds from the checked values.
+func (p *JSProxy) forward(ctx context.Context, tenant, call string, data []byte) (*nats.Msg, error) {
 	if ValidTenant(tenant) != nil {
-		return nil, fmt.Errorf("%w: no tenant in %q", ErrScope, m.Subject)
+		return nil, fmt.Errorf("%w: no tenant in the request's subject", ErrScope)
 	}
 	own := p.prefix + ".query." + tenant + "."
-	data := m.Data
+	var body []byte
 	switch {
 	case strings.HasPrefix(call, "CONSUMER.CREATE."+p.stream+"."):
 		name, filter, _ := strings.Cut(strings.TrimPrefix(call, "CONSUMER.CREATE."+p.stream+"."), ".")
-		var err error
-		if data, err = CheckConsumerCreate(name, filter, own, m.Data); err != nil {
-			return nil, err
-		}
-	case strings.HasPrefix(call, "CONSUMER.INFO."+p.stream+"."), strings.HasPrefix(call, "CONSUMER.DELETE."+p.stream+"."):
-		name := call[strings.LastIndexByte(call, '.')+1:]
-		info, err := p.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.INFO."+p.stream+"."+name, nil)
+		cc, err := CheckConsumerCreate(p.stream, name, filter, own, data)
 		if err != nil {
 			return nil, err
+		}
+		call, body = cc.Subject(), cc.Body()
+	case strings.HasPrefix(call, "CONSUMER.INFO."+p.stream+"."), strings.HasPrefix(call, "CONSUMER.DELETE."+p.stream+"."):
+		op, name, _ := strings.Cut(strings.TrimPrefix(call, "CONSUMER."), "."+p.stream+".")
+		if err := checkReaderName(name); err != nil {
+			return nil, err
+		}
+		if err := checkEmpty("consumer "+strings.ToLower(op), data); err != nil {
+			return nil, err
+		}
+		info, err := p.request(ctx, "CONSUMER.INFO."+p.stream+"."+name, nil)
+		if err != nil {
+			return nil, err
+		}
+		if notFound(info.Data) {
+			return info, nil // the server's own answer: no such consumer
 		}
 		if !ownConsumer(info.Data, own) {
 			return nil, fmt.Errorf("%w: consumer %q is not one of tenant %s's readers", ErrScope, name, tenant)
 		}
-		if strings.HasPrefix(call, "CONSUMER.INFO.") {
+		if op == "INFO" {
 			return info, nil
 		}
+		call = "CONSUMER.DELETE." + p.stream + "." + name
 	case call == "STREAM.MSG.GET."+p.stream, call == "DIRECT.GET."+p.stream:
-		if err := CheckMsgGet(own, m.Data); err != nil {
+		var err error
+		if body, err = CheckMsgGet(own, data); err != nil {
 			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("%w: $JS.API.%s", ErrScope, call)
 	}
-	req := nats.NewMsg("$JS.API." + call)
-	req.Data, req.Header = data, m.Header
-	return p.nc.RequestMsgWithContext(ctx, req)
+	return p.request(ctx, call, body)
 }
 
-// CheckConsumerCreate checks a consumer create request of a tenant whose
-// subjects start with own: the create subject's filter within own, a body
-// with no deliver subject or group, no durable, no other filters, the
-// same name and filter, and an inactivity threshold (at most 5 minutes).
-// It returns the body to send: action "create", so an existing consumer
-// (the fleet's own) is never updated.
-func CheckConsumerCreate(name, filter, own string, data []byte) ([]byte, error) {
-	if name == "" || filter == "" || !strings.HasPrefix(filter, own) {
-		return nil, fmt.Errorf("%w: a consumer must filter within %s>", ErrScope, own)
+// request sends the JetStream API call (after the prefix) upstream.
+func (p *JSProxy) request(ctx context.Context, call string, body []byte) (*nats.Msg, error) {
+	m, err := p.nc.RequestWithContext(ctx, p.opts.Upstream+"."+call, body)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return nil, fmt.Errorf("the fleet's JetStream API did not answer %s within %s", call, p.opts.Timeout)
 	}
-	if slices.Contains(FleetDurables, name) {
-		return nil, fmt.Errorf("%w: %q is the name of one of the fleet's consumers", ErrScope, name)
-	}
-	var req map[string]json.RawMessage
-	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: consumer create request: %w", ErrScope, err)
-	}
-	var cfg map[string]json.RawMessage
-	if err := json.Unmarshal(req["config"], &cfg); err != nil || cfg == nil {
-		return nil, fmt.Errorf("%w: consumer create request without a config", ErrScope)
-	}
-	for k := range cfg {
-		switch strings.ToLower(k) {
-		case "deliver_subject", "deliver_group", "durable_name", "filter_subjects":
-			return nil, fmt.Errorf("%w: a tenant's consumer may not set %s", ErrScope, k)
-		}
-	}
-	str := func(k string) string {
-		var s string
-		_ = json.Unmarshal(cfg[k], &s)
-		return s
-	}
-	if n := str("name"); n != "" && n != name {
-		return nil, fmt.Errorf("%w: the consumer's name differs from its create subject's", ErrScope)
-	}
-	if f := str("filter_subject"); f != "" && f != filter {
-		return nil, fmt.Errorf("%w: the consumer's filter differs from its create subject's", ErrScope)
-	}
-	var inactive int64
-	_ = json.Unmarshal(cfg["inactive_threshold"], &inactive)
-	if inactive <= 0 || inactive > int64(maxInactive) {
-		inactive = int64(maxInactive)
-	}
-	cfg["inactive_threshold"], _ = json.Marshal(inactive)
-	cfg["name"], _ = json.Marshal(name)
-	cfg["filter_subject"], _ = json.Marshal(filter)
-	req["config"], _ = json.Marshal(cfg)
-	req["action"] = json.RawMessage(`"create"`)
-	return json.Marshal(req)
+	return m, err
 }
 
-// ownConsumer reports whether a consumer info reply is of an ephemeral,
-// pull reader filtered within own.
+// ownConsumer reports whether a consumer info reply (the server's) is of
+// an ephemeral, pull reader filtered within own.
 func ownConsumer(data []byte, own string) bool {
 	var r struct {
 		Config *struct {
@@ -176,31 +239,27 @@ func ownConsumer(data []byte, own string) bool {
 	return strings.HasPrefix(c.Filter, own)
 }
 
-// CheckMsgGet checks a message get request body: only the last message
-// of a subject within own.
-func CheckMsgGet(own string, data []byte) error {
-	var req map[string]json.RawMessage
-	if err := json.Unmarshal(data, &req); err != nil {
-		return fmt.Errorf("%w: message get request: %w", ErrScope, err)
+// notFound reports whether a JetStream API reply is "consumer not found".
+func notFound(data []byte) bool {
+	var r struct {
+		Error *struct {
+			Code    int `json:"code"`
+			ErrCode int `json:"err_code"`
+		} `json:"error"`
 	}
-	var subj string
-	for k, v := range req {
-		if k != "last_by_subj" {
-			return fmt.Errorf("%w: a tenant may get only the last message of a subject (not %s)", ErrScope, k)
-		}
-		_ = json.Unmarshal(v, &subj)
-	}
-	if !strings.HasPrefix(subj, own) || strings.ContainsAny(subj, "*> ") {
-		return fmt.Errorf("%w: subject %q is not within %s>", ErrScope, subj, own)
-	}
-	return nil
+	return json.Unmarshal(data, &r) == nil && r.Error != nil && r.Error.Code == 404 && r.Error.ErrCode == 10014
 }
 
-// jsError is a JetStream API error reply.
+// jsError is a JetStream API error reply: 403 for a request a tenant may
+// not make, 503 when busy or the upstream did not answer.
 func jsError(err error) []byte {
+	code := 503
+	if errors.Is(err, ErrScope) {
+		code = 403
+	}
 	b, _ := json.Marshal(map[string]any{
 		"type":  "io.nats.jetstream.api.v1.error",
-		"error": map[string]any{"code": 403, "err_code": 10000, "description": err.Error()},
+		"error": map[string]any{"code": code, "err_code": 10000, "description": err.Error()},
 	})
 	return b
 }

@@ -32,11 +32,15 @@ func ParseTenantAPISubject(prefix, subject string) (tenant, op string, err error
 }
 
 // ScopeJob makes a submitted job tenant's: a job naming another tenant is
-// refused; one naming none gets tenant. It returns the job as JSON (a
-// msgpack job is converted).
+// refused; one naming none gets tenant; a key that is not byte-exactly
+// one of protocol.Job's, or given twice, is refused. It returns the job
+// as JSON (a msgpack job is converted).
 func ScopeJob(tenant, contentType string, data []byte) ([]byte, error) {
 	job, err := protocol.DecodeJob(contentType, data)
 	if err != nil {
+		return nil, err
+	}
+	if err := strictJob(contentType, data); err != nil {
 		return nil, err
 	}
 	if job.Tenant != "" && job.Tenant != tenant {
