@@ -527,6 +527,15 @@ func secureNATS(t *testing.T, p *securetest.Profile) {
 	rep, err = c.Submit(ctx, protocol.Job{ID: "evil-n", Tenant: "beta", Prompt: "hi"})
 	require.NoError(t, err)
 	require.NotNil(t, rep.Error, "a body naming another tenant is refused")
+	for _, id := range []string{"evil/1", "../evil2", "evil\u00013", "evil.4"} {
+		rep, err = c.Submit(ctx, protocol.Job{ID: id, Prompt: "hi"})
+		require.NoError(t, err)
+		require.NotNil(t, rep.Error, "id %q", id)
+		require.Equal(t, protocol.CodeInvalidJob, rep.Error.Code, "id %q", id)
+		st, err = c.Status(ctx, protocol.QueryRef{ID: id})
+		require.NoError(t, err)
+		require.NotNil(t, st.Error, "id %q", id)
+	}
 	_, err = nc.Subscribe("fleet.query.beta.>", func(*nats.Msg) {})
 	require.NoError(t, err)
 	require.NoError(t, nc.Publish("fleet.jobs.beta", []byte(`{"id":"evil-n2","prompt":"hi"}`)))
