@@ -203,6 +203,9 @@ func (s *server) metrics(nc *nats.Conn, names protocol.Names) (int, error) {
 		return fleetcli.ExitUsage, fmt.Errorf("--worker-slots: %w", err)
 	}
 	s.reg.MustRegister(queue)
+	// The dashboard and /v1 call the dispatcher's API in-process: its
+	// creds serve <prefix>.api.>, they may not publish there.
+	queue.Client().Local = s.disp.Local()
 	tenants, err := tenantTokens(s.cfg.authDir)
 	if err != nil {
 		return fleetcli.ExitUsage, fmt.Errorf("--auth-dir: %w", err)

@@ -134,13 +134,7 @@ func Connect(c Common, name string, log zerolog.Logger, extra ...nats.Option) (*
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("NATS reconnected")
 		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			ev := log.Error().Err(err)
-			if sub != nil {
-				ev = ev.Str("subject", sub.Subject)
-			}
-			ev.Msg("NATS async error")
-		}),
+		nats.ErrorHandler(newAsyncErrors(log).handle),
 	}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))

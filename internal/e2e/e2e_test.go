@@ -26,6 +26,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleetcli"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/natstest"
+	"github.com/agentfleet/agentfleet/internal/securetest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -39,7 +40,8 @@ import (
 // to nil first, the goroutine waits on the nil channel forever. It holds
 // nothing of ours.
 func TestMain(m *testing.M) {
-	fleettest.MainNoLeaks(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	fleettest.MainNoLeaks(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
+		goleak.Cleanup(func(code int) { securetest.Cleanup(); os.Exit(code) }))
 }
 
 // wait bounds every wait for an event. It is generous because `make test`

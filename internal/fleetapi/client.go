@@ -33,6 +33,21 @@ type Client struct {
 	// APIPrefix is the JetStream API prefix of a tenant's client
 	// (NewTenantClient); "" for the default.
 	APIPrefix string
+	// Local, if set, answers the API calls (submit, cancel, status, list,
+	// session ops) in-process instead of over NATS: the dispatcher's own
+	// HTTP API and dashboard use it, as the dispatcher's creds may not
+	// publish the API subjects it serves.
+	Local Requests
+}
+
+// Requests are the dispatcher's API calls. The error is ErrUnavailable
+// (wrapped, naming the call) when no answer came in time.
+type Requests interface {
+	Submit(ctx context.Context, job protocol.Job) (protocol.SubmitReply, error)
+	Cancel(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error)
+	Status(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error)
+	List(ctx context.Context, req protocol.ListRequest) (protocol.APIReply, error)
+	SessionOp(ctx context.Context, op string, req protocol.SessionOpRequest) (protocol.APIReply, error)
 }
 
 // NewClient returns a client on nc.
@@ -64,6 +79,9 @@ func (c *Client) request(ctx context.Context, subject string, req, resp any) err
 
 // Submit sends a job to the dispatcher (fleet.api.submit).
 func (c *Client) Submit(ctx context.Context, job protocol.Job) (protocol.SubmitReply, error) {
+	if c.Local != nil {
+		return c.Local.Submit(ctx, job)
+	}
 	var r protocol.SubmitReply
 	err := c.request(ctx, c.Names.APISubmit(), job, &r)
 	return r, err
@@ -71,6 +89,9 @@ func (c *Client) Submit(ctx context.Context, job protocol.Job) (protocol.SubmitR
 
 // Cancel asks the dispatcher to cancel a query.
 func (c *Client) Cancel(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error) {
+	if c.Local != nil {
+		return c.Local.Cancel(ctx, ref)
+	}
 	var r protocol.APIReply
 	err := c.request(ctx, c.Names.APICancel(), ref, &r)
 	return r, err
@@ -78,6 +99,9 @@ func (c *Client) Cancel(ctx context.Context, ref protocol.QueryRef) (protocol.AP
 
 // Status asks the dispatcher for a query's status.
 func (c *Client) Status(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error) {
+	if c.Local != nil {
+		return c.Local.Status(ctx, ref)
+	}
 	var r protocol.APIReply
 	err := c.request(ctx, c.Names.APIStatus(), ref, &r)
 	return r, err
@@ -85,6 +109,9 @@ func (c *Client) Status(ctx context.Context, ref protocol.QueryRef) (protocol.AP
 
 // List asks the dispatcher for recent queries.
 func (c *Client) List(ctx context.Context, req protocol.ListRequest) (protocol.APIReply, error) {
+	if c.Local != nil {
+		return c.Local.List(ctx, req)
+	}
 	var r protocol.APIReply
 	err := c.request(ctx, c.Names.APIList(), req, &r)
 	return r, err

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -41,8 +40,9 @@ type API struct {
 	mux *http.ServeMux
 }
 
-// requestTimeout bounds one request to the dispatcher.
-const requestTimeout = 15 * time.Second
+// requestTimeout bounds one request to the dispatcher: a refusal or a
+// lost answer is a 503 within it, never a hang.
+const requestTimeout = 5 * time.Second
 
 // New returns the API's handler.
 func New(cfg Config) (*API, error) {
@@ -138,7 +138,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	body, _, err := decodeJob(b, p)
+	_, job, err := decodeJob(b, p)
 	switch {
 	case errors.Is(err, errForbidden):
 		writeError(w, http.StatusForbidden, CodeForbidden, err.Error())
@@ -152,17 +152,16 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	m, err := a.cfg.Client.NC.RequestWithContext(ctx, a.cfg.Client.Names.APISubmit(), body)
-	if err != nil {
+	// The job as decoded into the fleet's own type, re-encoded by the
+	// client: never the caller's bytes.
+	rep, err := a.cfg.Client.Submit(ctx, job)
+	switch {
+	case errors.Is(err, fleetapi.ErrUnavailable):
 		a.unavailable(w, err)
 		return
-	}
-	var rep protocol.SubmitReply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		writeError(w, http.StatusBadGateway, CodeInternal, "unreadable reply from the dispatcher")
+	case err != nil:
+		writeError(w, http.StatusBadGateway, CodeInternal, "submitting: "+err.Error())
 		return
-	}
-	switch {
 	case rep.Error != nil && rep.Error.Code == protocol.CodeInvalidJob:
 		writeError(w, http.StatusBadRequest, CodeInvalidJob, rep.Error.Message)
 		return
@@ -182,7 +181,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 
 func (a *API) unavailable(w http.ResponseWriter, err error) {
 	a.log.Warn().Err(err).Msg("the dispatcher did not answer")
-	writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the dispatcher did not answer: "+err.Error())
+	writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the dispatcher did not answer in time: "+err.Error())
 }
 
 // status answers the dispatcher's reply to a status-like request.

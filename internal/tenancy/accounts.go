@@ -60,7 +60,7 @@ func fleetAccount(pub, prefix string) *jwt.AccountClaims {
 // (and others'), whose pulls tenants are denied by name: a pull on a
 // consumer works by name alone. A test lists the durables a running fleet
 // has and fails on one missing here.
-var FleetDurables = []string{"dispatcher-status", "dispatcher-sessions", "dispatcher-dlq", "dispatcher-spend", "dispatcher-schedules", "archiver", "workers"}
+var FleetDurables = []string{"dispatcher-status", "dispatcher-sessions", "dispatcher-dlq", "dispatcher-spend", "dispatcher-schedules", "archiver", "workers", "webhooks"}
 
 // tenantAccount is tenant t's account: no JetStream of its own, and only
 // its slice of FLEET imported. Its JetStream API ($JS.FLEET.API.…) reaches the
@@ -119,7 +119,7 @@ func dispatcherPermissions(prefix string) jwt.Permissions {
 	p.Pub.Allow.Add("$JS.API.>", prefix+".jobs.>", prefix+".work.>", prefix+".query.>", prefix+".dlq.>", prefix+".sched.>",
 		"$JS.ACK."+q+".>", "$JS.ACK."+a+".>", "$JS.ACK.*.*."+q+".>", "$JS.ACK.*.*."+a+".>",
 		"$JS.ACK."+sc+".>", "$JS.ACK.*.*."+sc+".>", "$O.>", "$KV.>",
-		"$SRV.>", prefix+".worker.*.info", prefix+".worker.*.drain")
+		"$SRV.>", prefix+".worker.*.info", prefix+".worker.*.drain", prefix+".api.webhook.>")
 	p.Sub.Allow.Add(prefix+".api.>", prefix+".tapi.>", prefix+".tjs.>", prefix+".tsub.*", prefix+".jobs.>", prefix+".query.*.*.status",
 		prefix+".query.*.*.msg", prefix+".ratelimit.*", "_INBOX_dispatcher.>", "$SRV.>")
 	p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
@@ -127,10 +127,16 @@ func dispatcherPermissions(prefix string) jwt.Permissions {
 }
 
 // workerPermissions are a worker's in FLEET, as in deploy/nats/accounts.conf.
+// Besides its jobs and its queries' subjects: publish .model (the model
+// gateway's metering events) and read its queries' .model history, and
+// read (only) the tenant table and the budget windows' spend, which the
+// gateway checks a tenant's budget_usd against.
 func workerPermissions(prefix string) jwt.Permissions {
 	n := protocol.NewNames(prefix)
 	j, q, c := n.JobsStream(), n.QueriesStream(), n.Consumer()
 	var p jwt.Permissions
+	p.Pub.Allow.Add(WorkerBudgetReads(n)...)
+	p.Pub.Allow.Add("$JS.API.CONSUMER.CREATE."+q+".*."+prefix+".query.*.*.model", prefix+".query.*.*.model")
 	p.Pub.Allow.Add("$JS.API.INFO",
 		"$JS.API.CONSUMER.INFO."+j+"."+c, "$JS.API.CONSUMER.MSG.NEXT."+j+"."+c,
 		"$JS.ACK."+j+"."+c+".>", "$JS.ACK.*.*."+j+"."+c+".>",
@@ -144,4 +150,18 @@ func workerPermissions(prefix string) jwt.Permissions {
 		"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.agentfleet-worker", "$SRV.*.agentfleet-worker.>", prefix+".worker.>")
 	p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	return p
+}
+
+// WorkerBudgetReads are the JetStream API subjects of reading the tenant
+// table (KV bucket <PREFIX>_TENANTS) and the budget windows' spend
+// (<PREFIX>_ADMISSION): the bucket's info, and its messages by direct or
+// API get. Nothing that writes, lists or deletes.
+func WorkerBudgetReads(n protocol.Names) []string {
+	var out []string
+	for _, b := range []string{n.TenantsBucket(), n.AdmissionBucket()} {
+		s := "KV_" + b
+		out = append(out, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".$KV."+b+".>")
+	}
+	return out
 }

@@ -45,6 +45,8 @@ type bridgeMeteredMode struct {
 	// limit is the cap sent to the bridge and why (0: none).
 	limit  float64
 	reason string
+	// refused: the tenant's budget could not be read (failed / budget).
+	refused bool
 }
 
 func (m *bridgeMeteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (agent.Outcome, error) {
@@ -62,7 +64,11 @@ func (m *bridgeMeteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit ag
 	}
 	m.earlier = spent
 	run := sandbox.ModelRun{Tenant: job.Tenant, QueryID: job.ID, Attempt: q.attempt, FirstCall: last + 1, SpentUSD: spent}
-	m.limit, m.reason = m.capOf(spent)
+	m.limit, m.reason, err = m.capOf(spent)
+	if err != nil {
+		m.refused = true
+		return stoppedOr(ctx, emit, err, budgetUnread)
+	}
 	run.MaxCostUSD = m.limit
 	octx, cancel := context.WithTimeout(ctx, bridgeModelTimeout)
 	err = mm.OpenModelRun(octx, run)
@@ -99,8 +105,9 @@ func (m *bridgeMeteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit ag
 }
 
 // stoppedOr is how a run that failed before its agent started ends: as
-// what stopped it (a hand-back, a cancel, a timeout), else with err.
-func stoppedOr(ctx context.Context, emit agent.EmitFunc, err error) (agent.Outcome, error) {
+// what stopped it (a hand-back, a cancel, a timeout), else with err, or
+// as end(err) says when given.
+func stoppedOr(ctx context.Context, emit agent.EmitFunc, err error, end ...func(agent.EmitFunc, error) (agent.Outcome, error)) (agent.Outcome, error) {
 	if c := stopCause(ctx); c != nil {
 		if errors.Is(c, agent.ErrHandback) {
 			return agent.Outcome{HandedBack: true}, nil
@@ -108,20 +115,27 @@ func stoppedOr(ctx context.Context, emit agent.EmitFunc, err error) (agent.Outco
 		reason, msg := agent.ReasonFor(c)
 		return syntheticEnd(emit, reason, msg)
 	}
+	if len(end) > 0 {
+		return end[0](emit, err)
+	}
 	return agent.Outcome{}, err
 }
 
 // capOf is the cap of a run whose query spent spent so far: the job's
 // max_cost_usd, or what is left of the tenant's budget when that is less
 // (read once, when the run opens, as for a local run).
-func (m *bridgeMeteredMode) capOf(spent float64) (float64, string) {
+func (m *bridgeMeteredMode) capOf(spent float64) (float64, string, error) {
 	w, job := m.q.w, m.q.job
 	limit, reason := 0.0, ""
 	if job.MaxCostUSD != nil {
 		limit, reason = *job.MaxCostUSD, gateway.CapMaxCost
 	}
 	if w.cfg.TenantBudget != nil {
-		if budget := w.cfg.TenantBudget(job.Tenant); budget != nil {
+		budget, err := w.cfg.TenantBudget(job.Tenant)
+		if err != nil {
+			return 0, "", err
+		}
+		if budget != nil {
 			if rem, limited := budget(); limited {
 				// The bridge takes a cap above 0: a spent budget stops the first call.
 				t := math.Max(spent+math.Max(rem, 0), math.SmallestNonzeroFloat64)
@@ -131,7 +145,7 @@ func (m *bridgeMeteredMode) capOf(spent float64) (float64, string) {
 			}
 		}
 	}
-	return limit, reason
+	return limit, reason, nil
 }
 
 // poll reads the run's calls until ctx ends; a failed read is tried again
@@ -199,5 +213,5 @@ func (m *bridgeMeteredMode) finish(ctx context.Context, ev protocol.StatusEvent)
 	m.mu.Lock()
 	sum := m.sum
 	m.mu.Unlock()
-	return meteredStatus(m.q, ev, m.opened, m.earlier, sum)
+	return refusedStatus(m.refused, meteredStatus(m.q, ev, m.opened, m.earlier, sum))
 }

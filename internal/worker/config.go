@@ -80,7 +80,9 @@ type Config struct {
 	Gateway *gateway.Gateway
 	// TenantBudget, if set with Gateway, gives the gateway a tenant's
 	// live budget (gateway.RunInfo.TenantBudget) for each run it opens.
-	TenantBudget func(tenant string) func() (remainingUSD float64, limited bool)
+	// An error (the budget could not be read) refuses the run: it ends
+	// failed / budget saying why, never unlimited.
+	TenantBudget func(tenant string) (func() (remainingUSD float64, limited bool), error)
 	// ShutdownGrace is how long running jobs may finish on Stop before they
 	// are handed back. Defaults to 30s.
 	ShutdownGrace time.Duration

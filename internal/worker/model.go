@@ -55,6 +55,9 @@ type meteredMode struct {
 	earlier float64
 	sum     gateway.Summary
 	opened  bool
+	// refused: the tenant's budget could not be read, so the agent did
+	// not start (failed / budget).
+	refused bool
 }
 
 // modelHistoryTimeout bounds reading the query's earlier .model events.
@@ -83,7 +86,12 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 		info.MaxCostUSD = *job.MaxCostUSD
 	}
 	if w.cfg.TenantBudget != nil {
-		info.TenantBudget = w.cfg.TenantBudget(job.Tenant)
+		budget, err := w.cfg.TenantBudget(job.Tenant)
+		if err != nil {
+			m.refused = true
+			return stoppedOr(ctx, emit, err, budgetUnread)
+		}
+		info.TenantBudget = budget
 	}
 	token, url := q.warmToken(), w.cfg.Gateway.URL()
 	if token != "" {
@@ -118,7 +126,15 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 // run stopped at a cap as failed / budget. A parked status carries no cost
 // (admission counts terminal ones).
 func (m *meteredMode) finish(ctx context.Context, ev protocol.StatusEvent) protocol.StatusEvent {
-	return meteredStatus(m.q, m.mode.finish(ctx, ev), m.opened, m.earlier, m.sum)
+	return refusedStatus(m.refused, meteredStatus(m.q, m.mode.finish(ctx, ev), m.opened, m.earlier, m.sum))
+}
+
+// refusedStatus gives a run refused for an unreadable budget its code.
+func refusedStatus(refused bool, ev protocol.StatusEvent) protocol.StatusEvent {
+	if refused && ev.Error != nil {
+		ev.Error.Code = protocol.CodeBudget
+	}
+	return ev
 }
 
 // meteredStatus makes a terminal status say the metered spend (earlier
@@ -206,27 +222,36 @@ func waitModelEvents(ctx context.Context, js jetstream.JetStream, names protocol
 	}
 }
 
+// budgetReadTimeout bounds reading a tenant's budget when a run opens.
+const budgetReadTimeout = 5 * time.Second
+
 // TenantBudgets is a Config.TenantBudget that reads what is left of a
 // tenant's budget (admission.Remaining: its settings in FLEET_TENANTS less
 // the window's recorded spend) when a run opens; the run's gateway compares
 // it with the live spend of the tenant's runs on this worker. It is read
 // once per run: spend recorded elsewhere while the run goes is not seen
-// until the next run opens. A failed read does not limit the run (logged;
-// admission still holds the tenant's next jobs).
-func TenantBudgets(js jetstream.JetStream, names protocol.Names, log zerolog.Logger) func(tenant string) func() (float64, bool) {
-	return func(tenant string) func() (float64, bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+// until the next run opens. A tenant without a budget gets (nil, nil). A
+// read that fails (a refused permission, a timeout) is an error: the run
+// is refused, never run unlimited.
+func TenantBudgets(js jetstream.JetStream, names protocol.Names, log zerolog.Logger) func(tenant string) (func() (float64, bool), error) {
+	return func(tenant string) (func() (float64, bool), error) {
+		ctx, cancel := context.WithTimeout(context.Background(), budgetReadTimeout)
 		defer cancel()
 		rem, limited, err := admission.Remaining(ctx, js, names, tenant, time.Now())
 		if err != nil {
-			log.Warn().Err(err).Str("tenant", tenant).Msg("reading the tenant's budget; the run is not limited by it")
-			return nil
+			log.Warn().Err(err).Str("tenant", tenant).Msg("reading the tenant's budget; the run is refused")
+			return nil, err
 		}
 		if !limited {
-			return nil
+			return nil, nil
 		}
-		return func() (float64, bool) { return rem, true }
+		return func() (float64, bool) { return rem, true }, nil
 	}
+}
+
+// budgetUnread is the run's end when its tenant's budget cannot be read.
+func budgetUnread(emit agent.EmitFunc, err error) (agent.Outcome, error) {
+	return syntheticEnd(emit, protocol.CodeBudget, "worker: the tenant's model budget could not be read, so the run was refused rather than run without it: "+err.Error())
 }
 
 // ForwardRateLimits is a gateway.Config.OnRateLimit: an upstream 429 goes

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,8 +34,32 @@ func (p JetStreamPublisher) PublishModel(run RunInfo, ev Event) {
 	msg := &nats.Msg{Subject: p.Names.QueryModel(run.Tenant, run.QueryID), Data: b, Header: nats.Header{}}
 	msg.Header.Set("Content-Type", "application/json")
 	id := fmt.Sprintf("%s.%s.model.%d.%d", run.Tenant, run.QueryID, run.Attempt, ev.Call)
-	if _, err := p.JS.PublishMsgAsync(msg, jetstream.WithMsgID(id)); err != nil && p.Logger != nil {
-		p.Logger.Error().Err(err).Str("tenant", run.Tenant).Str("query_id", run.QueryID).Int("call", ev.Call).Msg("model event not published")
+	fut, err := p.JS.PublishMsgAsync(msg, jetstream.WithMsgID(id))
+	if err != nil {
+		p.failed(run, ev, err)
+		return
+	}
+	// The ack is awaited (bounded) off the call's path, so a refused or
+	// lost publish is said, not only seen as a missing record later.
+	go func() {
+		t := time.NewTimer(publishTimeout)
+		defer t.Stop()
+		select {
+		case <-fut.Ok():
+		case err := <-fut.Err():
+			p.failed(run, ev, err)
+		case <-t.C:
+			p.failed(run, ev, fmt.Errorf("no ack from JetStream within %s on %s (may these creds publish it?)", publishTimeout, msg.Subject))
+		}
+	}()
+}
+
+// publishTimeout bounds waiting for a .model event's ack.
+const publishTimeout = 5 * time.Second
+
+func (p JetStreamPublisher) failed(run RunInfo, ev Event, err error) {
+	if p.Logger != nil {
+		p.Logger.Error().Err(err).Str("tenant", run.Tenant).Str("query_id", run.QueryID).Int("call", ev.Call).Msg("model event not stored")
 	}
 }
 
