@@ -15,11 +15,14 @@ build: ## build the worker, dispatcher, stand-in agent and dev NATS server into 
 	$(GO) build -o $(BIN)/fleet-standin-agent ./cmd/fleet-standin-agent
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
-test: test/bridge test/go ## run every test (the bridge Worker's vitest suite, then Go with the race detector)
+test: test/bridge test/go test/chart ## run every test (the bridge Worker's vitest suite, Go with the race detector, the Helm chart)
 
 test/go: ## Go tests with the race detector
 	$(GO) vet ./...
 	$(GO) test $(GOTEST_FLAGS) ./...
+
+test/chart: ## the Helm chart: helm lint, helm template of the defaults and each example, every object decoded strictly (deploy/helm/charttest, a module of its own)
+	cd deploy/helm/charttest && $(GO) test -count=1 -timeout 20m ./...
 
 test/short: ## Go tests without the slow ones
 	$(GO) test -short -timeout 10m ./...
@@ -87,10 +90,53 @@ tidy: ## go mod tidy
 verify: ## go.mod tidy and golden files current
 	$(GO) mod tidy -diff
 
-up: ## docker compose up (needs a Docker engine)
-	docker compose up -d --build
+# Images (Dockerfile): binaries built here, copied into the images.
+CONTAINER_ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+IMAGE_REPO ?= agentfleet
+IMAGE_TAG ?= dev
+BASE_IMAGE ?= docker.io/library/debian:bookworm-slim
+LOCAL_BASE_IMAGE ?= localhost/agentfleet/base:bookworm
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+CLAUDE_CODE_VERSION ?= 2.1.330
+IMAGE_CTX := $(BIN)/image
+COMPOSE ?= $(shell if [ "$(CONTAINER_ENGINE)" = podman ] && command -v podman-compose >/dev/null 2>&1; then echo podman-compose; else echo docker compose -f docker-compose.yml -f deploy/compose/docker.yml; fi)
 
-down: ## docker compose down
-	docker compose down
+images/bin: ## static linux binaries and the pinned Claude Code executable into bin/image/ (the images' build context)
+	@mkdir -p $(IMAGE_CTX)
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_CTX)/worker ./cmd/worker
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_CTX)/dispatcher ./cmd/dispatcher
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_CTX)/fleet-standin-agent ./cmd/fleet-standin-agent
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_CTX)/nats-server github.com/nats-io/nats-server/v2
+	./scripts/image-claude.sh $(IMAGE_CTX)/claude $(CLAUDE_CODE_VERSION)
 
-.PHONY: bench/failover bench/fleet cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down
+images: images/bin ## build agentfleet/worker, dispatcher and nats (IMAGE_TAG, BASE_IMAGE, CONTAINER_ENGINE)
+	@for t in worker dispatcher nats; do \
+		echo "$(CONTAINER_ENGINE) build $$t"; \
+		$(CONTAINER_ENGINE) build -q --build-arg BASE_IMAGE=$(BASE_IMAGE) --target $$t \
+			-t $(IMAGE_REPO)/$$t:$(IMAGE_TAG) -f Dockerfile $(IMAGE_CTX) || exit 1; \
+	done
+
+images/base: ## a local Debian bookworm base (mmdebstrap + podman import) as LOCAL_BASE_IMAGE, for machines that cannot pull
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	mmdebstrap --quiet --variant=minbase --include=bubblewrap,ca-certificates,git,tini \
+		bookworm "$$tmp/base.tar" $(DEBIAN_MIRROR) && \
+	$(CONTAINER_ENGINE) import -q "$$tmp/base.tar" $(LOCAL_BASE_IMAGE)
+
+test/containers: ## the fleet in containers: images on a local base, nats/dispatcher/two workers under podman, probes, kills (needs root)
+	./scripts/test-containers.sh
+
+compose/auth: ## once, before compose/up: NATS JWT auth in deploy/compose/auth (dispatcher auth init), ownership for the containers
+	./scripts/compose-auth.sh init
+
+compose/tenant: ## a tenant's creds and token into deploy/compose/tenants/TENANT.{creds,token} (TENANT=acme)
+	./scripts/compose-auth.sh tenant $(TENANT)
+
+compose/up: ## the fleet with compose: NATS (JWT), dispatcher --http, WORKERS workers (default 2)
+	$(COMPOSE) up -d --scale worker=$${WORKERS:-2}
+
+up: compose/up
+
+down: ## compose down (volumes are kept)
+	$(COMPOSE) down
+
+.PHONY: test/chart images images/bin images/base test/containers compose/auth compose/tenant compose/up bench/failover bench/fleet cluster help build test test/go test/short test/bridge lint bench bench/scale bench/micro run tidy verify up down

@@ -258,7 +258,10 @@ func (ct *containedStart) signalAgent(sig syscall.Signal) bool {
 // never on its command line).
 func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd string, env map[string]string) ([]string, error) {
 	a := []string{"--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-		"--hostname", "agent", "--info-fd", strconv.Itoa(fdInfo), "--block-fd", strconv.Itoa(fdBlock)}
+		"--info-fd", strconv.Itoa(fdInfo), "--block-fd", strconv.Itoa(fdBlock)}
+	if hostnameWorks() {
+		a = append(a, "--hostname", "agent")
+	}
 	uid := strconv.Itoa(ct.uid)
 	if ct.rootMap {
 		a = append(a, "--userns-block-fd", strconv.Itoa(fdUserns))
