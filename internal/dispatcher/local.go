@@ -104,6 +104,15 @@ func (l Local) SessionOp(ctx context.Context, op string, req protocol.SessionOpR
 	return local(ctx, l, op, func(ctx context.Context) protocol.APIReply { return l.s.api.sessionOp(ctx, r) })
 }
 
+// Schedule is <prefix>.api.schedule.
+func (l Local) Schedule(ctx context.Context, req protocol.ScheduleRequest) (protocol.ScheduleReply, error) {
+	r, e := reencode(req, decodeSchedule)
+	if e != nil {
+		return protocol.ScheduleReply{Error: e}, nil
+	}
+	return local(ctx, l, "schedule", func(ctx context.Context) protocol.ScheduleReply { return l.s.api.schedule(ctx, r) })
+}
+
 // reencode decodes v as its NATS request would be: encoded, then read by
 // the endpoint's decoder.
 func reencode[In, Out any](v In, decode func([]byte) (Out, *protocol.ErrorInfo)) (Out, *protocol.ErrorInfo) {

@@ -48,6 +48,7 @@ type Requests interface {
 	Status(ctx context.Context, ref protocol.QueryRef) (protocol.APIReply, error)
 	List(ctx context.Context, req protocol.ListRequest) (protocol.APIReply, error)
 	SessionOp(ctx context.Context, op string, req protocol.SessionOpRequest) (protocol.APIReply, error)
+	Schedule(ctx context.Context, req protocol.ScheduleRequest) (protocol.ScheduleReply, error)
 }
 
 // NewClient returns a client on nc.
@@ -259,6 +260,9 @@ func stored(m jetstream.Msg) time.Time {
 
 // Schedule sends a schedule request to the dispatcher (fleet.api.schedule).
 func (c *Client) Schedule(ctx context.Context, req protocol.ScheduleRequest) (protocol.ScheduleReply, error) {
+	if c.Local != nil {
+		return c.Local.Schedule(ctx, req)
+	}
 	var r protocol.ScheduleReply
 	err := c.request(ctx, c.Names.APISchedule(), req, &r)
 	return r, err

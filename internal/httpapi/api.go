@@ -67,6 +67,7 @@ func New(cfg Config) (*API, error) {
 	a.route("POST /v1/queries/{id}/end", a.end)
 	a.route("POST /v1/queries/{id}/approvals/{request_id}", a.approve)
 	a.route("GET /v1/queries/{id}/diff", a.diff)
+	a.routeSchedules()
 	a.mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint; see /v1/openapi.json")
 	})

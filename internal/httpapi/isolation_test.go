@@ -141,3 +141,22 @@ func TestBadInput(t *testing.T) {
 	requireErr(t, reply{Status: resp.StatusCode, Body: b}, http.StatusNotFound, "not_found")
 	require.Equal(t, int64(2), jobs(), "only the valid job was enqueued, and its duplicate (JetStream dropped it)")
 }
+
+// TestTenantSchedules: a tenant token adds, lists and removes its own
+// schedules only; naming another tenant is 403.
+func TestTenantSchedules(t *testing.T) {
+	e := newEnv(t, httpapi.Auth{OperatorToken: "op-secret", TenantToken: tokens})
+	r := e.do(http.MethodPost, "/v1/schedules", "tok-a", js, []byte(`{"name":"mine","spec":{"every":"1h"},"job":{"prompt":"p"}}`))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Contains(t, string(r.Body), `"tenant":"a"`)
+	requireErr(t, e.do(http.MethodPost, "/v1/schedules", "tok-a", js, []byte(`{"name":"x","tenant":"b","spec":{"every":"1h"},"job":{"prompt":"p"}}`)), http.StatusForbidden, "forbidden")
+	requireErr(t, e.do(http.MethodPost, "/v1/schedules", "tok-a", js, []byte(`{"name":"x","spec":{"every":"1h"},"job":{"prompt":"p","tenant":"b"}}`)), http.StatusForbidden, "forbidden")
+	r = e.do(http.MethodGet, "/v1/schedules", "tok-b", "", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	require.JSONEq(t, `{"schedules":[]}`, string(r.Body), "b sees none of a's")
+	requireErr(t, e.do(http.MethodDelete, "/v1/schedules/mine", "tok-b", "", nil), http.StatusNotFound, "not_found")
+	requireErr(t, e.do(http.MethodGet, "/v1/schedules/mine?tenant=a", "tok-b", "", nil), http.StatusNotFound, "not_found")
+	r = e.do(http.MethodGet, "/v1/schedules", "op-secret", "", nil)
+	require.Contains(t, string(r.Body), `"name":"mine"`, "the operator sees every tenant's")
+	require.Equal(t, http.StatusNoContent, e.do(http.MethodDelete, "/v1/schedules/mine", "tok-a", "", nil).Status)
+}
