@@ -24,6 +24,8 @@ type containOptions struct {
 	isolation          string
 	agentUID           int
 	netDefault, netMax string
+	egressAllow        string
+	egressDeny         egress.Deny
 	defaultNet         egress.Policy
 	maxNet             egress.Mode
 	// Limits of a contained run (docs/contained.md): defaults and maximums.
@@ -38,6 +40,7 @@ func addContainFlags(fs *pflag.FlagSet, c *containOptions) {
 	fs.IntVar(&c.agentUID, "agent-uid", sandbox.DefaultAgentUID, "uid of a contained agent; never 0 (env FLEET_AGENT_UID)")
 	fs.StringVar(&c.netDefault, "network-default", "none", `network of a job that names none: none, open or {"allow":[…]} (env FLEET_NETWORK_DEFAULT)`)
 	fs.StringVar(&c.netMax, "network-max", "allow", "the most network a job may ask for: none, allow or open (env FLEET_NETWORK_MAX)")
+	fs.StringVar(&c.egressAllow, "egress-allow-private", "", "CIDR[,CIDR…] of loopback, private, link-local or metadata addresses a job's allow list may reach through the egress proxy; default none (env FLEET_EGRESS_ALLOW_PRIVATE)")
 	fs.Int64Var(&c.memMB, "limit-memory-mb", 0, "a contained run's memory.max in MiB when its job's limits name none; 0 = none (env FLEET_LIMIT_MEMORY_MB)")
 	fs.Int64Var(&c.memMaxMB, "limit-memory-mb-max", 0, "the most memory (MiB) a job's limits may ask; 0 = no maximum (env FLEET_LIMIT_MEMORY_MB_MAX)")
 	fs.IntVar(&c.pids, "limit-pids", 0, "a contained run's pids.max when its job's limits name none; 0 = none (env FLEET_LIMIT_PIDS)")
@@ -62,6 +65,12 @@ func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
 	}
 	if err := c.defaultNet.CheckMax(c.maxNet); err != nil {
 		return 2, fmt.Errorf("--network-default is above --network-max: %w", err)
+	}
+	if c.egressDeny, err = egress.ParseAllow(c.egressAllow); err != nil {
+		return 2, err
+	}
+	if err := c.defaultNet.CheckDeny(c.egressDeny); err != nil {
+		return 2, fmt.Errorf("--network-default: %w", err)
 	}
 	if c.memMB < 0 || c.memMaxMB < 0 || c.pids < 0 || c.pidsMax < 0 || c.cpuWeight < 0 || c.cpuWeightMax < 0 {
 		return 2, fmt.Errorf("--limit-* must not be negative")
@@ -89,7 +98,7 @@ func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
 		return 2, fmt.Errorf("--isolation must be %s or %s, not %q", sandbox.IsolationContained, sandbox.IsolationNone, c.isolation)
 	}
 	log.Info().Str("isolation", c.isolation).Int("agent_uid", c.agentUID).
-		Str("network_default", c.defaultNet.String()).Str("network_max", c.maxNet.String()).Msg("local sandbox isolation")
+		Str("network_default", c.defaultNet.String()).Str("network_max", c.maxNet.String()).Str("egress_allow_private", c.egressDeny.String()).Msg("local sandbox isolation")
 	return 0, nil
 }
 
@@ -100,7 +109,7 @@ func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
 // cannot be forwarded, and a contained agent whose network does not reach
 // it has no model: say so once at start.
 func (c *containOptions) networkConfig(agentEnv []string, gw *gateway.Gateway, log zerolog.Logger) worker.NetworkConfig {
-	n := worker.NetworkConfig{Default: c.defaultNet, Max: c.maxNet}
+	n := worker.NetworkConfig{Default: c.defaultNet, Max: c.maxNet, Deny: c.egressDeny}
 	if gw != nil {
 		// The model gateway (docs/gateway.md), on this machine's loopback: a
 		// contained agent reaches it through the model forward.

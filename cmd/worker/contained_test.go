@@ -36,6 +36,8 @@ func TestWorkerRefusesBadContainFlags(t *testing.T) {
 		{[]string{"--network-default", "sometimes"}, "--network-default: network: invalid value"},
 		{[]string{"--network-max", "all"}, "--network-max:"},
 		{[]string{"--network-default", "open", "--network-max", "allow"}, "--network-default is above --network-max"},
+		{[]string{"--egress-allow-private", "10/8"}, `--egress-allow-private: "10/8" is not a CIDR prefix`},
+		{[]string{"--network-default", `{"allow":["127.0.0.1:9090"]}`}, "--network-default: network.allow[0]"},
 		{[]string{"--limit-pids", "-1"}, "--limit-* must not be negative"},
 		{[]string{"--limit-memory-mb", "2048", "--limit-memory-mb-max", "1024"}, "--limit-* defaults are above their maximums"},
 		{[]string{"--limit-cpu-weight", "20000"}, "above 10000"},

@@ -186,6 +186,32 @@ func TestNetworkAboveMaxFailsAtOnce(t *testing.T) {
 	require.Contains(t, r.Final.Error.Message, "sometimes")
 }
 
+// TestNetworkNamingTheWorkersLoopbackFailsAtOnce: a job whose allow list
+// names the worker's machine (its metrics port, written as a hex address)
+// or the cloud metadata address fails with network_not_allowed naming the
+// entry, and no agent starts.
+func TestNetworkNamingTheWorkersLoopbackFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	f, started, _ := containedFleet(t, worker.NetworkConfig{Max: egress.Allow}, nil, nil)
+	for id, entry := range map[string]string{"net-loop": "0x7f.1:9090", "net-meta": "169.254.169.254"} {
+		b, err := json.Marshal(protocol.Job{ID: id, Prompt: "hello", Network: json.RawMessage(`{"allow":["github.com","` + entry + `"]}`)})
+		require.NoError(t, err)
+		f.PublishJob("default", b, nil)
+		r := f.Follow("default", id, wait)
+		require.Equal(t, protocol.StateFailed, r.Final.State, id)
+		require.NotNil(t, r.Final.Error, id)
+		require.Equal(t, egress.Code, r.Final.Error.Code, id)
+		require.Contains(t, r.Final.Error.Message, "network.allow[1]", id)
+		require.Contains(t, r.Final.Error.Message, egress.AllowFlag, id)
+		require.Empty(t, r.Lines, id)
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("an agent started for %s", id)
+	default:
+	}
+}
+
 // TestContainedWorkspaceRunEndToEnd: a workspace job in a contained
 // sandbox, network none: the worker fetches the (file://, invisible inside)
 // remote into the checkout, the agent commits and edits as its own uid,

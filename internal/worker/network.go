@@ -26,6 +26,11 @@ type NetworkConfig struct {
 	// Max is the most a job may ask for (--network-max); a job asking more
 	// fails with network_not_allowed. The zero value is egress.None.
 	Max egress.Mode
+	// Deny is the egress deny-list (--egress-allow-private): a job naming
+	// a denied address fails with network_not_allowed, and the proxy
+	// refuses one a name resolves to. The zero value denies every range
+	// of egress.DeniedRanges.
+	Deny egress.Deny
 	// ModelURL is the model base URL the agent is given (ANTHROPIC_BASE_URL:
 	// the model gateway's, or what the worker's environment gives agents).
 	// A contained agent reaches it through a forward (agentBaseURL).
@@ -51,7 +56,7 @@ func (e errNetworkNotEnforced) Error() string {
 // job may only ask for "open" (its sandbox has the platform's network); one
 // without `network` runs there unenforced.
 func (w *Worker) jobNetwork(job *protocol.Job) (egress.Policy, error) {
-	p, err := egress.ForJob(job.Network, w.cfg.Network.Default, w.cfg.Network.Max)
+	p, err := egress.ForJob(job.Network, w.cfg.Network.Default, w.cfg.Network.Max, w.cfg.Network.Deny)
 	if err != nil {
 		return egress.Policy{}, err
 	}
@@ -63,9 +68,8 @@ func (w *Worker) jobNetwork(job *protocol.Job) (egress.Policy, error) {
 
 // rejectCode is the status error code of a job rejected for cause.
 func rejectCode(cause error) string {
-	var na *egress.NotAllowedError
 	var ne errNetworkNotEnforced
-	if errors.As(cause, &na) || errors.As(cause, &ne) {
+	if egress.IsNotAllowed(cause) || errors.As(cause, &ne) {
 		return egress.Code
 	}
 	var nl errLimitsNotAllowed
@@ -91,7 +95,7 @@ func (q *query) withNetwork(provider sandbox.Provider, spec sandbox.Spec) sandbo
 		return spec
 	}
 	subject := w.names.QueryEgress(q.job.Tenant, q.job.ID)
-	n := &sandbox.Network{Policy: p, OnRefused: func(r egress.Refusal) {
+	n := &sandbox.Network{Policy: p, Deny: w.cfg.Network.Deny, OnRefused: func(r egress.Refusal) {
 		b, _ := json.Marshal(r)
 		// Core NATS publish: buffered, never waits on the server.
 		if err := w.cfg.NC.Publish(subject, b); err != nil {

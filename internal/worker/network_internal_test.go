@@ -72,6 +72,20 @@ func TestJobNetwork(t *testing.T) {
 	require.ErrorAs(t, err, &na)
 	require.Equal(t, egress.Code, rejectCode(err))
 
+	// A job naming the worker's loopback or the cloud metadata address,
+	// however written, fails with the entry named: network_not_allowed.
+	for _, e := range []string{"127.0.0.1:9090", "localhost:4222", "0x7f.1:8222", "169.254.169.254", "[::ffff:10.0.0.1]"} {
+		_, err = w.jobNetwork(job("", `{"allow":["github.com","`+e+`"]}`))
+		var de *egress.DeniedError
+		require.ErrorAs(t, err, &de, e)
+		require.ErrorContains(t, err, "network.allow[1]", e)
+		require.Equal(t, egress.Code, rejectCode(err), e)
+	}
+	w.cfg.Network.Deny, err = egress.ParseAllow("127.0.0.0/8")
+	require.NoError(t, err)
+	_, err = w.jobNetwork(job("", `{"allow":["localhost:4222"]}`))
+	require.NoError(t, err, "the operator allowed loopback")
+
 	_, err = w.jobNetwork(job("", `{"allow":"github.com"}`))
 	require.ErrorIs(t, err, egress.ErrInvalid)
 	require.Equal(t, protocol.CodeInvalidJob, rejectCode(err))

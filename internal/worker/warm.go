@@ -233,7 +233,7 @@ func (a adopted) Stdout() io.Reader { return a.out }
 // forward, and points env's ANTHROPIC_BASE_URL (the gateway's, when set)
 // at the forward when the sandbox is contained.
 func (w *Worker) warmNetwork(provider sandbox.Provider, spec sandbox.Spec, env map[string]string) sandbox.Spec {
-	n := &sandbox.Network{Policy: w.cfg.Network.Default}
+	n := &sandbox.Network{Policy: w.cfg.Network.Default, Deny: w.cfg.Network.Deny}
 	spec.Network = n
 	model := cmp.Or(env[envBaseURL], w.cfg.Network.ModelURL)
 	if model == "" {

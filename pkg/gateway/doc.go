@@ -15,13 +15,25 @@
 //
 // # Forwarding
 //
-// POST /v1/messages is forwarded and metered; POST
-// /v1/messages/count_tokens and GET /v1/models[/…] are forwarded; every
-// other path gets 404 (not_found_error) without being forwarded, so the
-// worker's credential reaches nothing else of the API (batches, files).
-// Headers pass unchanged (anthropic-version, anthropic-beta) but for
-// hop-by-hop ones, the credential and Accept-Encoding (the transport asks
-// for gzip itself and hands on the decoded bytes). The answer's status,
+// The gateway serves exact routes only (route.go): POST /v1/messages
+// (forwarded and metered), POST /v1/messages/count_tokens, GET /v1/models
+// and GET /v1/models/{id} ({id} lower-case letters and digits joined by
+// single '-', '_' or '.'). The request-target is checked as the agent sent
+// it, before any match: decoded again and again until it stops changing,
+// no layer may hold a "." or ".." segment, a backslash, a ';', a control
+// character or an encoded slash, and the raw path must be clean; such a
+// target gets 400 (invalid_request_error), any other path or method 404
+// (not_found_error), never forwarded, so the worker's credential reaches
+// nothing else of the API (files, batches, organizations). The upstream
+// URL is built from the matched route, never from the agent's path; the
+// query keeps only the route's known parameters (beta=true|false; limit,
+// after_id, before_id on the model list), checked and re-encoded. Headers
+// upstream are an allow-list: anthropic-version, anthropic-beta,
+// content-type, accept, user-agent, x-app, x-claude-code-session-id,
+// anthropic-dangerous-direct-browser-access and x-stainless-*; the
+// agent's x-api-key, authorization, cookies, forwarding and workspace
+// headers are dropped, and the gateway sets the credential. The transport
+// asks for gzip itself and hands on the decoded bytes. The answer's status,
 // headers and body pass back byte for byte, each chunk written and flushed
 // as it arrives. If the upstream breaks off mid-stream, the agent's
 // connection is broken too; if the agent goes, or the run's token is

@@ -225,11 +225,14 @@ func TestOnlyTheMessagesAPIIsForwarded(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, readAll(t, resp), "input_tokens")
 	require.Len(t, b.fake.Requests(), 1)
-	for _, path := range []string{"/v1/messages/batches", "/v1/files", "/api/hello", "/v1/messages/../v1/organizations"} {
+	for _, path := range []string{"/v1/messages/batches", "/v1/files", "/api/hello"} {
 		resp := b.post(t, t.Context(), path, token, "not json {")
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, path)
 		require.Contains(t, readAll(t, resp), "not_found_error")
 	}
+	resp = b.post(t, t.Context(), "/v1/messages/../v1/organizations", token, "not json {")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a dot segment")
+	require.Contains(t, readAll(t, resp), "invalid_request_error")
 	require.Len(t, b.fake.Requests(), 1, "a refused path reached the upstream")
 	require.Empty(t, b.events, "count_tokens is no model call")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,14 +20,16 @@ const oauthBeta = "oauth-2025-04-20"
 const sniffBytes = 4 << 10
 
 // hopHeaders are connection-level headers a proxy does not pass on
-// (RFC 9110 7.6.1), plus the credential headers the gateway replaces.
+// (RFC 9110 7.6.1), dropped from the upstream's answer. (What goes
+// upstream is an allow-list: upstreamHeader.)
 var hopHeaders = []string{
 	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// ServeHTTP checks the run's token, refuses what is not the Messages API
-// or is over a cap, and forwards the rest upstream.
+// ServeHTTP checks the run's token, refuses what is not an exact route of
+// the Messages API (route.go) or is over a cap, and forwards the rest
+// upstream as the route the gateway built.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r := g.lookup(req)
 	if r == nil {
@@ -34,12 +37,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer r.inflight.Done()
-	metered := req.Method == http.MethodPost && req.URL.Path == "/v1/messages"
-	if !metered && !passThrough(req) {
-		writeError(w, http.StatusNotFound, "not_found_error", "the model gateway forwards only the Messages API (/v1/messages, /v1/messages/count_tokens, /v1/models)")
+	rt, ref := matchRoute(req.Method, req.RequestURI)
+	if ref != nil {
+		writeError(w, ref.status, ref.typ, ref.msg)
 		return
 	}
-	if metered {
+	if rt.metered {
 		if c := g.capOf(r); c != nil {
 			g.signal(r, c)
 			w.Header().Set("X-Should-Retry", "false")
@@ -47,19 +50,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	g.forward(w, req, r, metered)
-}
-
-// passThrough reports whether a request that is not metered is forwarded:
-// token counting and the model list cost nothing.
-func passThrough(req *http.Request) bool {
-	switch {
-	case req.Method == http.MethodPost && req.URL.Path == "/v1/messages/count_tokens":
-		return true
-	case req.Method == http.MethodGet && (req.URL.Path == "/v1/models" || strings.HasPrefix(req.URL.Path, "/v1/models/")):
-		return true
-	}
-	return false
+	g.forward(w, req, r, rt)
 }
 
 // writeError answers with an Anthropic-shaped error.
@@ -99,13 +90,12 @@ func (p *prefixKeeper) model() string {
 	return sniffModel(p.buf)
 }
 
-// outbound builds the upstream request: same method, path, query and
-// headers, the agent's token replaced by the worker's credential.
-func (g *Gateway) outbound(ctx context.Context, req *http.Request, body io.ReadCloser) (*http.Request, error) {
-	u := *g.upstream
-	u.Path = strings.TrimSuffix(u.Path, "/") + req.URL.Path
-	u.RawPath = ""
-	u.RawQuery = req.URL.RawQuery
+// outbound builds the upstream request: the route's method, path and
+// query as the gateway built them, the allowed headers of the agent's
+// (upstreamHeader) and the worker's credential.
+func (g *Gateway) outbound(ctx context.Context, req *http.Request, rt route, body io.ReadCloser) (*http.Request, error) {
+	u := url.URL{Scheme: g.upstream.Scheme, Host: g.upstream.Host,
+		Path: strings.TrimSuffix(g.upstream.Path, "/") + rt.path, RawQuery: rt.query}
 	out, err := http.NewRequestWithContext(ctx, req.Method, u.String(), body)
 	if err != nil {
 		return nil, err
@@ -114,13 +104,9 @@ func (g *Gateway) outbound(ctx context.Context, req *http.Request, body io.ReadC
 	if req.Body == nil || req.ContentLength == 0 {
 		out.Body = http.NoBody
 	}
-	out.Header = req.Header.Clone()
-	dropHop(out.Header)
-	// The client's Accept-Encoding goes, so the transport asks for gzip
-	// itself and hands on the decoded stream, which the meter can read.
-	for _, h := range []string{"X-Api-Key", "Authorization", "Accept-Encoding", "Host", "Forwarded", "X-Forwarded-For"} {
-		out.Header.Del(h)
-	}
+	// The agent's Accept-Encoding is not passed, so the transport asks for
+	// gzip itself and hands on the decoded stream, which the meter reads.
+	out.Header = upstreamHeader(req.Header)
 	switch {
 	case g.cfg.APIKey != "":
 		out.Header.Set("X-Api-Key", g.cfg.APIKey)
@@ -162,7 +148,8 @@ type call struct {
 // forward sends req upstream for run r and streams the answer back, chunk
 // by chunk, flushing each; a metered call is accounted and published once
 // its last byte has passed (or the stream broke).
-func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, metered bool) {
+func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, rt route) {
+	metered := rt.metered
 	c := &call{start: time.Now()}
 	// The transport may still be reading the agent's body (to its EOF)
 	// when the answer starts: without full duplex the server would take
@@ -173,7 +160,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, mete
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer stop()
 	body := &prefixKeeper{r: req.Body}
-	out, err := g.outbound(ctx, req, body)
+	out, err := g.outbound(ctx, req, rt, body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "the model gateway could not forward the request: "+err.Error())
 		return

@@ -96,8 +96,10 @@ func newEscapeHost(t *testing.T) *escapeHost {
 // on the list, and a forward to it at inside port 18089.
 func (h *escapeHost) network() *sandbox.Network {
 	p, _ := egress.Parse([]byte(fmt.Sprintf(`{"allow":["localhost:%d"]}`, h.allowedPort)))
+	loopback, _ := egress.ParseAllow("127.0.0.0/8")
 	return &sandbox.Network{
 		Policy:   p,
+		Deny:     loopback, // the operator allows the test's loopback servers
 		Forwards: []sandbox.Forward{{Port: 18089, To: h.allowedAddr}},
 		OnRefused: func(r egress.Refusal) {
 			h.refusedMu.Lock()

@@ -84,6 +84,10 @@ type Network struct {
 	// are set; NO_PROXY is 127.0.0.1, so forwards are reached directly).
 	// egress.Open: the worker's own network namespace.
 	Policy egress.Policy
+	// Deny is the worker's egress deny-list the proxy enforces whatever
+	// Policy admits (--egress-allow-private); the zero value refuses every
+	// range of egress.DeniedRanges.
+	Deny egress.Deny
 	// Forwards are ports inside the sandbox's loopback that reach a host
 	// address (the model gateway), in every mode but Open.
 	Forwards []Forward

@@ -53,7 +53,7 @@ func serveNetwork(pid int, n *Network, log zerolog.Logger) (*netServices, error)
 		}
 		svc.lns = append(svc.lns, ln)
 		svc.proxy = &http.Server{
-			Handler:           &egress.Proxy{Policy: n.Policy, OnRefused: n.OnRefused},
+			Handler:           &egress.Proxy{Policy: n.Policy, Deny: n.Deny, OnRefused: n.OnRefused},
 			ReadHeaderTimeout: 30 * time.Second,
 		}
 		svc.wg.Add(1)

@@ -86,10 +86,21 @@ function apiError(status: number, type: string, message: string, extra?: Record<
   });
 }
 
-/** Whether an unmetered request is forwarded: token counting and the model list cost nothing. */
+/**
+ * A model id in GET /v1/models/{id}: lower-case letters and digits joined
+ * by single '-', '_' or '.', so never a dot segment, an encoded slash
+ * (`..%2f`), a backslash or anything else that needs encoding.
+ */
+const MODEL_PATH = /^\/v1\/models\/[a-z0-9]+(?:[._-][a-z0-9]+)*$/;
+
+/**
+ * Whether an unmetered request is forwarded: token counting and the model
+ * list cost nothing. Exact paths only (the URL parser has already resolved
+ * `..` and `%2e%2e` segments; what is left must match exactly).
+ */
 function passThrough(method: string, path: string): boolean {
   if (method === 'POST' && path === '/v1/messages/count_tokens') return true;
-  return method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/'));
+  return method === 'GET' && (path === '/v1/models' || (path.length <= 140 && MODEL_PATH.test(path)));
 }
 
 /**

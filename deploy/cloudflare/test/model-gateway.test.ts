@@ -229,6 +229,13 @@ describe('metered egress', () => {
       const r = await meteredOutbound(new Request(`https://api.anthropic.com${path}`, { method: 'POST', body: 'x' }), env, { containerId: 'sb1' }, { ledger, prices: defaultPrices() });
       expect(r.status, path).toBe(404);
     }
+    // The model routes in every traversal spelling: none forwarded with the key.
+    for (const path of ['/v1/models/../files', '/v1/models/%2e%2e/files', '/v1/models/..%2ffiles', '/v1/models/..%2Ffiles',
+      '/v1/models/%252e%252e/files', '/v1/models/..%5cfiles', '/v1/models/..;/files', '/v1/models/', '/v1/models/a%00',
+      '/v1/models/Claude', '/v1/models/claude/../../v1/files', '/v1/models/.%2e/files']) {
+      const r = await meteredOutbound(new Request(`https://api.anthropic.com${path}`), env, { containerId: 'sb1' }, { ledger, prices: defaultPrices() });
+      expect(r.status, path).toBe(404);
+    }
     expect(calls).toHaveLength(0);
     const models = await meteredOutbound(new Request('https://api.anthropic.com/v1/models'), env, { containerId: 'sb1' }, { ledger, prices: defaultPrices() });
     expect(models.status).toBe(200);

@@ -9,18 +9,30 @@
 //
 // An allow entry is a host name ("github.com"), a suffix ("*.npmjs.org",
 // matching any name below npmjs.org but not npmjs.org itself), or an IP
-// literal ("10.0.0.7", "[::1]"), each with an optional ":port". Without a
+// address ("10.0.0.7", "[::1]"), each with an optional ":port". Without a
 // port an entry admits ports 80 and 443. Names are compared lower-cased
-// without a trailing dot. An IP-literal request matches only an IP-literal
-// entry: "127.0.0.1:8080" is not admitted by "localhost:8080".
+// without a trailing dot. An address is read in every spelling inet_aton
+// and URL parsers accept ("2130706433", "0177.0.0.1", "0x7f.1", "127.1",
+// "[::ffff:127.0.0.1]") and compared as the address it is; a host that
+// ends in a number but is no address is refused. An address request
+// matches only an address entry: "127.0.0.1:8080" is not admitted by
+// "localhost:8080".
 //
-// # Addresses
+// # The deny-list
 //
-// The proxy resolves a name itself and checks every address it is about to
-// connect to, just before connect(2), so a name that resolves (or is
-// rebound) to a loopback, private, link-local, unspecified or multicast
-// address is refused unless the entry names it: an IP-literal entry, or the
-// name "localhost". The sandbox needs no DNS: it names hosts in its requests.
+// Deny refuses, whatever the allow list says, the addresses of
+// DeniedRanges: loopback, private, link-local, cloud metadata,
+// unspecified, shared (CGNAT), multicast, reserved; an IPv4-mapped
+// address as its IPv4 address, and the IPv4 address inside a NAT64 or
+// 6to4 one too. The operator allows ranges with ParseAllow
+// (--egress-allow-private). ForJob refuses an entry naming a denied
+// address (or a name that stands for one: "localhost",
+// "metadata.google.internal") with a *DeniedError naming the entry. The
+// proxy checks an address literal before dialing, and resolves a name
+// itself (Proxy.LookupIP), checks every address and connects to the
+// checked address (no second resolution, so DNS rebinding gets nowhere),
+// checking it once more just before connect(2). The sandbox needs no
+// DNS: it names hosts in its requests.
 //
 // # Why net/http and not a proxy library
 //

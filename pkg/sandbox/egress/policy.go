@@ -175,22 +175,21 @@ func ParseRule(entry string) (Rule, error) {
 	} else if strings.Count(entry, ":") == 1 || strings.HasPrefix(entry, "[") {
 		return Rule{}, fmt.Errorf("entry %q: %v", entry, err)
 	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		if ip.Zone() != "" {
-			return Rule{}, fmt.Errorf("entry %q: an IP with a zone is not allowed", entry)
-		}
-		ip = ip.Unmap()
-		return Rule{Host: ip.String(), IP: ip, Port: port}, nil
-	}
 	r := Rule{Port: port}
 	if rest, ok := strings.CutPrefix(host, "*."); ok {
 		r.Suffix, host = true, rest
 	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if err := checkName(host); err != nil {
+	ip, name, err := parseHost(host)
+	if err != nil {
 		return Rule{}, fmt.Errorf("entry %q: %v", entry, err)
 	}
-	r.Host = host
+	if ip.IsValid() {
+		if r.Suffix {
+			return Rule{}, fmt.Errorf("entry %q: a suffix of an IP address", entry)
+		}
+		return Rule{Host: ip.String(), IP: ip, Port: port}, nil
+	}
+	r.Host = name
 	return r, nil
 }
 
@@ -235,8 +234,8 @@ func (p Policy) CheckMax(max Mode) error {
 }
 
 // Admits reports whether the policy lets a request to host:port through the
-// proxy, and the rule that did. host is a name or an IP literal as the
-// request spelled it.
+// proxy, and the rule that did. host is a name or an IP address in any
+// spelling parseHost reads ("0x7f.1", "[::ffff:127.0.0.1]", "Example.COM.").
 func (p Policy) Admits(host string, port int) (Rule, bool) {
 	if p.Mode == Open {
 		return Rule{}, true
@@ -244,18 +243,21 @@ func (p Policy) Admits(host string, port int) (Rule, bool) {
 	if p.Mode != Allow {
 		return Rule{}, false
 	}
-	ip, ipErr := netip.ParseAddr(strings.Trim(host, "[]"))
-	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	ip, name, err := parseHost(host)
+	if err != nil {
+		return Rule{}, false
+	}
+	isIP := ip.IsValid()
 	for _, r := range p.Allow {
 		if r.Port == 0 && port != 80 && port != 443 || r.Port != 0 && r.Port != port {
 			continue
 		}
 		switch {
 		case r.IP.IsValid():
-			if ipErr == nil && ip.Unmap() == r.IP {
+			if isIP && ip == r.IP {
 				return r, true
 			}
-		case ipErr == nil:
+		case isIP:
 		case r.Suffix:
 			if strings.HasSuffix(name, "."+r.Host) {
 				return r, true
@@ -268,11 +270,11 @@ func (p Policy) Admits(host string, port int) (Rule, bool) {
 }
 
 // ForJob is the policy of one job: its `network` field (raw JSON; empty or
-// null when absent, which takes def) checked against max. Errors wrap
-// ErrInvalid (a bad value) or are a *NotAllowedError (code
-// network_not_allowed); both are the job's failure before any process
-// starts.
-func ForJob(raw []byte, def Policy, max Mode) (Policy, error) {
+// null when absent, which takes def) checked against max and against the
+// worker's deny-list. Errors wrap ErrInvalid (a bad value) or are a
+// *NotAllowedError or a *DeniedError (code network_not_allowed,
+// IsNotAllowed); each is the job's failure before any process starts.
+func ForJob(raw []byte, def Policy, max Mode, deny Deny) (Policy, error) {
 	p := def
 	if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
 		var err error
@@ -281,6 +283,9 @@ func ForJob(raw []byte, def Policy, max Mode) (Policy, error) {
 		}
 	}
 	if err := p.CheckMax(max); err != nil {
+		return Policy{}, err
+	}
+	if err := p.CheckDeny(deny); err != nil {
 		return Policy{}, err
 	}
 	return p, nil

@@ -25,11 +25,19 @@ type Refusal struct {
 }
 
 // Proxy is the HTTP forward proxy of one sandbox: absolute-URI requests and
-// CONNECT tunnels to what Policy admits. Serve it on a listener inside the
-// sandbox's network namespace; it dials from the worker's.
+// CONNECT tunnels to what Policy admits and Deny does not refuse. Serve it
+// on a listener inside the sandbox's network namespace; it dials from the
+// worker's.
 type Proxy struct {
 	// Policy decides; only Mode Allow and Open admit anything.
 	Policy Policy
+	// Deny refuses addresses whatever Policy admits: an IP literal at once,
+	// a name after the proxy resolved it (the connection goes to the
+	// address checked, never resolved again). The zero value refuses every
+	// range of DeniedRanges.
+	Deny Deny
+	// LookupIP resolves a name. nil: net.DefaultResolver.LookupNetIP.
+	LookupIP func(ctx context.Context, host string) ([]netip.Addr, error)
 	// OnRefused, if set, is called once per refused (host, port), from the
 	// request's goroutine. It must not block for long.
 	OnRefused func(Refusal)
@@ -42,33 +50,64 @@ type Proxy struct {
 	once    sync.Once
 }
 
-// errDenied is the dial-time refusal of a loopback or private address the
-// rule did not name.
-var errDenied = errors.New("egress: address not allowed")
+// deniedError is an address the deny-list refuses.
+type deniedError struct {
+	host string
+	addr netip.Addr
+	kind string
+}
+
+func (e *deniedError) Error() string {
+	if e.host == e.addr.String() {
+		return fmt.Sprintf("%s is on this worker's egress deny-list (%s)", e.addr, e.kind)
+	}
+	return fmt.Sprintf("%s resolves to %s, which is on this worker's egress deny-list (%s)", e.host, e.addr, e.kind)
+}
+
+// Header values of X-Proxy-Error.
+const (
+	blockedByAllowList = "blocked-by-allowlist"
+	blockedByDenyList  = "blocked-by-denylist"
+)
 
 // ServeHTTP proxies one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	host, port, ok := target(r)
+	raw, port, ok := target(r)
 	if !ok {
 		http.Error(w, "egress proxy: only absolute http:// requests and CONNECT host:port are proxied", http.StatusBadRequest)
 		return
 	}
-	rule, ok := p.Policy.Admits(host, port)
-	if !ok {
-		p.refuse(w, host, port)
+	ip, host, err := parseHost(raw)
+	if err != nil {
+		http.Error(w, "egress proxy: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	ctx := withRule(r.Context(), rule)
+	if ip.IsValid() {
+		host = ip.String()
+	}
+	if _, ok := p.Policy.Admits(host, port); !ok {
+		p.refuse(w, host, port, blockedByAllowList,
+			fmt.Sprintf("%s is not on this job's network allow list", net.JoinHostPort(host, strconv.Itoa(port))))
+		return
+	}
+	if ip.IsValid() {
+		if kind := p.Deny.Denied(ip); kind != "" {
+			p.refuse(w, host, port, blockedByDenyList, (&deniedError{host: host, addr: ip, kind: kind}).Error())
+			return
+		}
+	}
 	if r.Method == http.MethodConnect {
-		p.tunnel(ctx, w, host, port)
+		p.tunnel(r.Context(), w, host, port)
 		return
 	}
 	p.once.Do(p.init)
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	// The request goes to the host as read here, whatever its spelling.
+	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	p.rp.ServeHTTP(w, r)
 }
 
-// target is the host (an IP literal without brackets) and port a request
-// asks for.
+// target is the host (as spelled, lower-cased, without brackets) and port
+// a request asks for.
 func target(r *http.Request) (string, int, bool) {
 	hostport := r.Host
 	def := 443
@@ -89,10 +128,11 @@ func target(r *http.Request) (string, int, bool) {
 	if err != nil || n < 1 || n > 65535 || h == "" {
 		return "", 0, false
 	}
-	return strings.TrimSuffix(strings.ToLower(h), "."), n, true
+	return strings.ToLower(h), n, true
 }
 
-func (p *Proxy) refuse(w http.ResponseWriter, host string, port int) {
+// refuse answers 403 and reports (host, port) the first time.
+func (p *Proxy) refuse(w http.ResponseWriter, host string, port int, why, msg string) {
 	ref := Refusal{Host: host, Port: port}
 	p.mu.Lock()
 	if p.refused == nil {
@@ -104,8 +144,8 @@ func (p *Proxy) refuse(w http.ResponseWriter, host string, port int) {
 	if first && p.OnRefused != nil {
 		p.OnRefused(ref)
 	}
-	w.Header().Set("X-Proxy-Error", "blocked-by-allowlist")
-	http.Error(w, fmt.Sprintf("egress proxy: %s is not on this job's network allow list", net.JoinHostPort(host, strconv.Itoa(port))), http.StatusForbidden)
+	w.Header().Set("X-Proxy-Error", why)
+	http.Error(w, "egress proxy: "+msg, http.StatusForbidden)
 }
 
 func (p *Proxy) init() {
@@ -129,7 +169,13 @@ func (p *Proxy) init() {
 		},
 		Transport:     tr,
 		FlushInterval: -1,
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var de *deniedError
+			if errors.As(err, &de) {
+				port, _ := strconv.Atoi(r.URL.Port())
+				p.refuse(w, r.URL.Hostname(), port, blockedByDenyList, de.Error())
+				return
+			}
 			http.Error(w, "egress proxy: "+err.Error(), http.StatusBadGateway)
 		},
 	}
@@ -139,6 +185,11 @@ func (p *Proxy) init() {
 func (p *Proxy) tunnel(ctx context.Context, w http.ResponseWriter, host string, port int) {
 	up, err := p.dial(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
+		var de *deniedError
+		if errors.As(err, &de) {
+			p.refuse(w, host, port, blockedByDenyList, de.Error())
+			return
+		}
 		http.Error(w, "egress proxy: "+err.Error(), http.StatusBadGateway)
 		return
 	}
@@ -182,21 +233,32 @@ func Pipe(a net.Conn, ra io.Reader, b net.Conn) {
 	_ = b.Close()
 }
 
-type ruleKey struct{}
-
-type dialRule struct {
-	rule Rule
-}
-
-func withRule(ctx context.Context, r Rule) context.Context {
-	return context.WithValue(ctx, ruleKey{}, dialRule{rule: r})
-}
-
-// dial connects from the worker's network namespace, refusing just before
-// connect(2) an address the admitting rule did not name (see the package
-// documentation).
+// dial connects from the worker's network namespace to addr: a name is
+// resolved here, every address checked against the deny-list, and the
+// connection made to a checked address itself (no second resolution, so
+// DNS rebinding gets nowhere). The address is checked once more just
+// before connect(2).
 func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	dr, _ := ctx.Value(ruleKey{}).(dialRule)
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ip, name, err := parseHost(h)
+	if err != nil {
+		return nil, err
+	}
+	addrs := []netip.Addr{ip}
+	if !ip.IsValid() {
+		lookup := p.LookupIP
+		if lookup == nil {
+			lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			}
+		}
+		if addrs, err = lookup(ctx, name); err != nil {
+			return nil, err
+		}
+	}
 	timeout := p.DialTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
@@ -206,27 +268,31 @@ func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 		if err != nil {
 			return err
 		}
-		if !addrAllowed(ap.Addr().Unmap(), dr) {
-			return fmt.Errorf("%w: %s resolves to %s", errDenied, addr, ap.Addr())
+		if kind := p.Deny.Denied(ap.Addr()); kind != "" {
+			return &deniedError{host: h, addr: ap.Addr().Unmap(), kind: kind}
 		}
 		return nil
 	}}
-	return d.DialContext(ctx, network, addr)
-}
-
-// addrAllowed: public addresses always; loopback, private and the rest only
-// when the rule names them (an IP literal, or "localhost" for loopback).
-func addrAllowed(ip netip.Addr, dr dialRule) bool {
-	special := ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast()
-	if !special {
-		return true
+	var denied, last error
+	for _, a := range addrs {
+		a = a.WithZone("").Unmap()
+		if kind := p.Deny.Denied(a); kind != "" {
+			if denied == nil {
+				denied = &deniedError{host: h, addr: a, kind: kind}
+			}
+			continue
+		}
+		conn, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return conn, nil
+		}
+		last = err
 	}
 	switch {
-	case dr.rule.IP.IsValid():
-		return dr.rule.IP == ip
-	case dr.rule.Host == "localhost" && !dr.rule.Suffix:
-		return ip.IsLoopback()
+	case last != nil:
+		return nil, last
+	case denied != nil:
+		return nil, denied
 	}
-	return false
+	return nil, fmt.Errorf("%s has no address", h)
 }

@@ -19,15 +19,19 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// proxyFor serves a Proxy for policy on a loopback listener and returns its
-// URL and the refusals it reported.
-func proxyFor(t *testing.T, policy string) (*url.URL, func() []Refusal) {
+// loopbackAllowed is a deny-list whose operator allows loopback, where
+// these tests' servers listen.
+var loopbackAllowed, _ = ParseAllow("127.0.0.0/8,::1")
+
+// proxyFor serves a Proxy for policy and deny on a loopback listener and
+// returns its URL and the refusals it reported.
+func proxyFor(t *testing.T, policy string, deny Deny) (*url.URL, func() []Refusal) {
 	t.Helper()
 	p, err := Parse([]byte(policy))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var refused []Refusal
-	px := &Proxy{Policy: p, OnRefused: func(r Refusal) {
+	px := &Proxy{Policy: p, Deny: deny, OnRefused: func(r Refusal) {
 		mu.Lock()
 		refused = append(refused, r)
 		mu.Unlock()
@@ -68,7 +72,7 @@ func get(t *testing.T, c *http.Client, u string) (int, string) {
 
 func TestProxyHTTPAdmitsListedHostOnly(t *testing.T) {
 	_, port := upstream(t)
-	px, refused := proxyFor(t, fmt.Sprintf(`{"allow":["localhost:%d"]}`, port))
+	px, refused := proxyFor(t, fmt.Sprintf(`{"allow":["localhost:%d"]}`, port), loopbackAllowed)
 	c := client(px)
 
 	code, body := get(t, c, fmt.Sprintf("http://localhost:%d/x", port))
@@ -88,7 +92,7 @@ func TestProxyHTTPAdmitsListedHostOnly(t *testing.T) {
 
 func TestProxyConnectTunnels(t *testing.T) {
 	_, port := upstream(t)
-	px, refused := proxyFor(t, fmt.Sprintf(`{"allow":["127.0.0.1:%d"]}`, port))
+	px, refused := proxyFor(t, fmt.Sprintf(`{"allow":["127.0.0.1:%d"]}`, port), loopbackAllowed)
 
 	conn, err := net.Dial("tcp", px.Host)
 	require.NoError(t, err)
@@ -117,21 +121,23 @@ func TestProxyConnectTunnels(t *testing.T) {
 	require.Equal(t, []Refusal{{Host: "example.com", Port: 443}}, refused())
 }
 
-func TestProxyDialRefusesLoopbackUnlessNamed(t *testing.T) {
-	// A rule for a name that resolves (or is rebound) to loopback: the
-	// address is refused after resolution, just before connect.
+func TestProxyDialChecksAfterResolving(t *testing.T) {
+	// A name that resolves (or is rebound) to loopback: the address is
+	// refused after resolution, unless the operator allowed the range.
 	_, port := upstream(t)
 	addr := "localhost:" + strconv.Itoa(port)
 	p := &Proxy{}
-	_, err := p.dial(withRule(context.Background(), Rule{Host: "example.com", Port: port}), "tcp", addr)
-	require.ErrorIs(t, err, errDenied)
-	conn, err := p.dial(withRule(context.Background(), Rule{Host: "localhost", Port: port}), "tcp", addr)
-	require.NoError(t, err, "a rule naming localhost reaches loopback")
+	_, err := p.dial(context.Background(), "tcp", addr)
+	var de *deniedError
+	require.ErrorAs(t, err, &de)
+	p = &Proxy{Deny: loopbackAllowed}
+	conn, err := p.dial(context.Background(), "tcp", addr)
+	require.NoError(t, err, "an allowed range is reached")
 	require.NoError(t, conn.Close())
 }
 
 func TestProxyRejectsOriginForm(t *testing.T) {
-	px, _ := proxyFor(t, `"open"`)
+	px, _ := proxyFor(t, `"open"`, Deny{})
 	resp, err := http.Get("http://" + px.Host + "/direct")
 	require.NoError(t, err)
 	resp.Body.Close()
