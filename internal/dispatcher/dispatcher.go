@@ -123,10 +123,9 @@ func (s *Service) build(fleetCap int) {
 	s.index = newStatusIndex(q, s.sessions, s.adm)
 	end := &ender{queryDeps: q}
 	s.dead = &deadLetters{queryDeps: q, index: s.index, end: end}
-	s.api = &api{
-		queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead,
-		queued: &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap},
-	}
+	queued := &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap}
+	s.sessions.queued = queued
+	s.api = &api{queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead, queued: queued}
 	s.micro = &endpoints{nc: s.cfg.NC, names: s.names, api: s.api}
 	s.tenants = &tenantAPI{nc: s.cfg.NC, names: s.names, api: s.api, log: s.log}
 	s.parts = []part{
