@@ -30,8 +30,11 @@
 // "Authorization: Bearer <token>" or the cookie /login sets. Tenant tokens
 // (SPEC 12, Config.Tenants) are taken the same ways and reach only their
 // tenant's queries (tenants.go). Without either, only loopback clients are
-// served. State-changing requests are POSTs whose Origin (when sent) must
-// be this host.
+// served. A refused request is sent to /login only when it is a browser's
+// (a GET accepting HTML, with no Authorization header); any other gets
+// 401 with the HTTP API's JSON error, so a program with a wrong token
+// hears so. State-changing requests are POSTs whose Origin (when sent)
+// must be this host.
 package dashboard
 
 import (
@@ -171,11 +174,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	open := r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
 	tenant, ok := h.access(r)
 	if !open && !ok {
-		if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/events") && h.tokens() {
+		// Only a browser that sent no credentials is sent to sign in; a
+		// program (an Authorization header, right or wrong, or no taste
+		// for HTML) gets the API's 401.
+		if h.tokens() && !strings.HasSuffix(r.URL.Path, "/events") && httpapi.SignInFits(r) {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return
 		}
-		http.Error(w, "unauthorized: the dashboard needs its token (--ui-token)", http.StatusUnauthorized)
+		msg := "the dashboard needs a token: Authorization: Bearer <token> (--ui-token, or a tenant's)"
+		if !h.tokens() {
+			msg = "no token is configured, so only loopback clients are served"
+		} else if r.Header.Get("Authorization") != "" {
+			msg = "the token is not valid (wrong, expired or revoked)"
+		}
+		httpapi.WriteUnauthorized(w, msg)
 		return
 	}
 	if r.Method == http.MethodPost && !sameOrigin(r) {
