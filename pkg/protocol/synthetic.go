@@ -30,6 +30,9 @@ const (
 	// last attempt (an extension of the list; see SPEC deviations
 	// in README.md).
 	ReasonMaxDeliveries = "max_deliveries"
+	// ReasonBridgeIncompatible: the Cloudflare bridge Worker lacks what
+	// the worker uses; the run never started (CodeBridgeIncompatible).
+	ReasonBridgeIncompatible = "bridge_incompatible"
 )
 
 // MaxStderrTail is the most of SyntheticInput.StderrTail that goes into a
