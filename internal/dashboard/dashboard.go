@@ -427,23 +427,45 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			send("at", []byte(strconv.FormatInt(at.UnixMilli(), 10)))
 		}
 	}
+	// A browser that lost the stream (a proxy's idle timeout while a
+	// session waits for an approval, say) connects again with the id of
+	// the last line it got: what it had is not sent twice, so the page
+	// shows each line once (lines, and the events stored before them).
+	after, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
+	seen := func() bool { return after == 0 }
 	final, err := h.cfg.Client.Follow(r.Context(), ref.Tenant, ref.ID, true, fleetapi.Follower{
 		Line: func(l fleetapi.Line) {
-			sendAt(l.At)
-			if json.Valid(l.Data) {
-				send("line", l.Data)
-			} else {
-				sendJSON("line", map[string]string{"type": "x_text", "text": string(l.Data)})
+			if l.Seq <= after {
+				if l.Seq == after {
+					after = 0 // what follows is new to the page
+				}
+				return
 			}
+			after = 0
+			sendAt(l.At)
+			data := l.Data
+			if !json.Valid(data) {
+				data, _ = json.Marshal(map[string]string{"type": "x_text", "text": string(l.Data)})
+			}
+			fmt.Fprintf(w, "id: %d\n", l.Seq)
+			send("line", data)
 		},
 		Model: func(at time.Time, data []byte) {
-			if json.Valid(data) {
+			if seen() && json.Valid(data) {
 				sendAt(at)
 				send("model", data)
 			}
 		},
-		Status:   func(ev protocol.StatusEvent) { sendJSON("status", ev) },
-		Artifact: func(a protocol.Artifact) { sendJSON("artifact", a) },
+		Status: func(ev protocol.StatusEvent) {
+			if seen() {
+				sendJSON("status", ev)
+			}
+		},
+		Artifact: func(a protocol.Artifact) {
+			if seen() {
+				sendJSON("artifact", a)
+			}
+		},
 	})
 	if err != nil {
 		if r.Context().Err() == nil {

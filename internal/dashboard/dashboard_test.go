@@ -202,6 +202,49 @@ func TestWrongTokenIs401JSONNotASignInRedirect(t *testing.T) {
 	}
 }
 
+// The query page's stream resumes: each line carries its Fleet-Seq as
+// the event id, and a browser that connects again with Last-Event-ID gets
+// only the lines after it. Before, a dropped stream (a proxy's idle
+// timeout while a session waits for an approval) was replayed from the
+// start, and the page showed every line, the permission request
+// included, twice.
+func TestEventsResumeAfterLastEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	submit(t, b.f, "resume-1", "/standin lines=5")
+	r := b.f.Follow("default", "resume-1", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	total := len(r.Lines)
+	require.Greater(t, total, 4)
+	ids := func(last string) []uint64 {
+		req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/q/default/resume-1/events", nil)
+		if last != "" {
+			req.Header.Set("Last-Event-ID", last)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		var out []uint64
+		for _, l := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(l, "id: "); ok {
+				n, err := strconv.ParseUint(v, 10, 64)
+				require.NoError(t, err)
+				out = append(out, n)
+			}
+		}
+		require.Equal(t, strings.Count(string(body), "event: line\n"), len(out), "every line has its id")
+		return out
+	}
+	all := ids("")
+	require.Len(t, all, total)
+	require.Equal(t, uint64(1), all[0])
+	rest := ids("3")
+	require.Len(t, rest, total-3, "only the lines after the last one the browser got")
+	require.Equal(t, uint64(4), rest[0])
+}
+
 // browser starts headless Chromium for t. Chromium is required in CI
 // (.ci/run installs it); elsewhere its absence skips the test.
 func browser(t *testing.T) context.Context {
