@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/buildinfo"
 	"github.com/agentfleet/agentfleet/internal/jsretry"
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
@@ -174,7 +175,8 @@ func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, 
 	}
 	providers[protocol.SandboxLocal] = local
 	if o.cfURL != "" {
-		cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: o.cfURL, Token: o.cfToken, Logger: &log})
+		cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: o.cfURL, Token: o.cfToken, Logger: &log,
+			WorkerVersion: buildinfo.Version()})
 		if err != nil {
 			return nil, failed(1, "cloudflare sandbox", err)
 		}

@@ -30,8 +30,11 @@
 // "Authorization: Bearer <token>" or the cookie /login sets. Tenant tokens
 // (docs/tenancy.md, Config.Tenants) are taken the same ways and reach only their
 // tenant's queries (tenants.go). Without either, only loopback clients are
-// served. State-changing requests are POSTs whose Origin (when sent) must
-// be this host.
+// served. A refused request is sent to /login only when it is a browser's
+// (a GET accepting HTML, with no Authorization header); any other gets
+// 401 with the HTTP API's JSON error, so a program with a wrong token
+// hears so. State-changing requests are POSTs whose Origin (when sent)
+// must be this host.
 package dashboard
 
 import (
@@ -171,11 +174,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	open := r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
 	tenant, ok := h.access(r)
 	if !open && !ok {
-		if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/events") && h.tokens() {
+		// Only a browser that sent no credentials is sent to sign in; a
+		// program (an Authorization header, right or wrong, or no taste
+		// for HTML) gets the API's 401.
+		if h.tokens() && !strings.HasSuffix(r.URL.Path, "/events") && httpapi.SignInFits(r) {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return
 		}
-		http.Error(w, "unauthorized: the dashboard needs its token (--ui-token)", http.StatusUnauthorized)
+		msg := "the dashboard needs a token: Authorization: Bearer <token> (--ui-token, or a tenant's)"
+		if !h.tokens() {
+			msg = "no token is configured, so only loopback clients are served"
+		} else if r.Header.Get("Authorization") != "" {
+			msg = "the token is not valid (wrong, expired or revoked)"
+		}
+		httpapi.WriteUnauthorized(w, msg)
 		return
 	}
 	if r.Method == http.MethodPost && !sameOrigin(r) {
@@ -415,23 +427,45 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			send("at", []byte(strconv.FormatInt(at.UnixMilli(), 10)))
 		}
 	}
+	// A browser that lost the stream (a proxy's idle timeout while a
+	// session waits for an approval, say) connects again with the id of
+	// the last line it got: what it had is not sent twice, so the page
+	// shows each line once (lines, and the events stored before them).
+	after, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
+	seen := func() bool { return after == 0 }
 	final, err := h.cfg.Client.Follow(r.Context(), ref.Tenant, ref.ID, true, fleetapi.Follower{
 		Line: func(l fleetapi.Line) {
-			sendAt(l.At)
-			if json.Valid(l.Data) {
-				send("line", l.Data)
-			} else {
-				sendJSON("line", map[string]string{"type": "x_text", "text": string(l.Data)})
+			if l.Seq <= after {
+				if l.Seq == after {
+					after = 0 // what follows is new to the page
+				}
+				return
 			}
+			after = 0
+			sendAt(l.At)
+			data := l.Data
+			if !json.Valid(data) {
+				data, _ = json.Marshal(map[string]string{"type": "x_text", "text": string(l.Data)})
+			}
+			fmt.Fprintf(w, "id: %d\n", l.Seq)
+			send("line", data)
 		},
 		Model: func(at time.Time, data []byte) {
-			if json.Valid(data) {
+			if seen() && json.Valid(data) {
 				sendAt(at)
 				send("model", data)
 			}
 		},
-		Status:   func(ev protocol.StatusEvent) { sendJSON("status", ev) },
-		Artifact: func(a protocol.Artifact) { sendJSON("artifact", a) },
+		Status: func(ev protocol.StatusEvent) {
+			if seen() {
+				sendJSON("status", ev)
+			}
+		},
+		Artifact: func(a protocol.Artifact) {
+			if seen() {
+				sendJSON("artifact", a)
+			}
+		},
 	})
 	if err != nil {
 		if r.Context().Err() == nil {

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/discovery"
 	"github.com/agentfleet/agentfleet/internal/fleetmetrics"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/internal/httpapi"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -103,7 +105,10 @@ func TestAccess(t *testing.T) {
 	b := setup(t, "s3cret")
 	submit(t, b.f, "acc-1", "/standin sleep=1h")
 	c := &http.Client{CheckRedirect: noRedirect}
-	resp, err := c.Get(b.srv.URL + "/")
+	// A browser without credentials is sent to sign in.
+	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/", nil)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+	resp, err := c.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -118,12 +123,7 @@ func TestAccess(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/queries", nil)
-	req.Header.Set("Authorization", "Bearer wrong")
-	resp, err = c.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	req, _ = http.NewRequest(http.MethodGet, b.srv.URL+"/queries", nil)
 	req.Header.Set("Authorization", "Bearer s3cret")
 	resp, err = c.Do(req)
 	require.NoError(t, err)
@@ -155,6 +155,94 @@ func TestAccess(t *testing.T) {
 	open.ServeHTTP(rec, r)
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.NoError(t, b.f.NC.Publish(b.f.Names.QueryCtl("default", "acc-1"), []byte(`{"op":"cancel"}`)))
+}
+
+// A program is never sent to the sign-in page: a wrong bearer token (even
+// from a client that accepts HTML), or no credentials from a client that
+// does not accept HTML, gets 401 with the JSON error of the HTTP API, on
+// the dashboard's routes as on /v1. Before, a wrong token got 303 to /login.
+func TestWrongTokenIs401JSONNotASignInRedirect(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "s3cret")
+	api, err := httpapi.New(httpapi.Config{Client: b.f.Client, Status: b.f.Status, Objects: b.f.Objects, Auth: httpapi.Auth{OperatorToken: "s3cret"}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(httpapi.Mount(api, b.srv.Config.Handler))
+	t.Cleanup(srv.Close)
+	c := &http.Client{CheckRedirect: noRedirect}
+	for _, tc := range []struct{ path, auth, accept string }{
+		{"/", "Bearer wrong", "text/html"},
+		{"/queries", "Bearer wrong", ""},
+		{"/q/default/x", "Bearer wrong", "application/json"},
+		{"/fleet.json", "Bearer wrong", "*/*"},
+		{"/q/default/x/events", "Bearer wrong", "text/event-stream"},
+		{"/queries", "", "application/json"},
+		{"/", "", "*/*"},
+		{"/v1/queries", "Bearer wrong", "text/html"},
+		{"/v1/queries", "", "text/html"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+tc.path, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		var body struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%+v", tc)
+		require.NoError(t, derr, "%+v: a JSON error body", tc)
+		require.Equal(t, "unauthorized", body.Error.Code, "%+v", tc)
+		require.NotEmpty(t, body.Error.Message, "%+v", tc)
+		require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer", "%+v", tc)
+	}
+}
+
+// The query page's stream resumes: each line carries its Fleet-Seq as
+// the event id, and a browser that connects again with Last-Event-ID gets
+// only the lines after it. Before, a dropped stream (a proxy's idle
+// timeout while a session waits for an approval) was replayed from the
+// start, and the page showed every line, the permission request
+// included, twice.
+func TestEventsResumeAfterLastEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	submit(t, b.f, "resume-1", "/standin lines=5")
+	r := b.f.Follow("default", "resume-1", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	total := len(r.Lines)
+	require.Greater(t, total, 4)
+	ids := func(last string) []uint64 {
+		req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/q/default/resume-1/events", nil)
+		if last != "" {
+			req.Header.Set("Last-Event-ID", last)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		var out []uint64
+		for _, l := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(l, "id: "); ok {
+				n, err := strconv.ParseUint(v, 10, 64)
+				require.NoError(t, err)
+				out = append(out, n)
+			}
+		}
+		require.Equal(t, strings.Count(string(body), "event: line\n"), len(out), "every line has its id")
+		return out
+	}
+	all := ids("")
+	require.Len(t, all, total)
+	require.Equal(t, uint64(1), all[0])
+	rest := ids("3")
+	require.Len(t, rest, total-3, "only the lines after the last one the browser got")
+	require.Equal(t, uint64(4), rest[0])
 }
 
 // browser starts headless Chromium for t. Chromium is required in CI

@@ -43,19 +43,43 @@ type queuedCancel struct {
 // compare-and-set, internal/fence) reads the terminal status of the same
 // submission and acks the job without running it. Either way the query has
 // one terminal status.
+//
+// The admitter publishes queued statuses of its own (why a job waits, and
+// its place), which move the status a compare-and-set expects: a cancel
+// that loses to one looks again, a few times, rather than leaving the job
+// to wait for a free slot.
 func (c *queuedCancel) cancelQueued(ctx context.Context, ref protocol.QueryRef) (*protocol.StatusEvent, error) {
+	for try := 0; try < 4; try++ {
+		ended, drop, jobSeq, err := c.endQueued(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if ended {
+			return c.dropEnded(ctx, ref, drop, jobSeq), nil
+		}
+		if drop == 0 {
+			return nil, nil
+		}
+	}
+	return nil, nil
+}
+
+// endQueued is one try of cancelQueued: it reports whether it ended ref,
+// and the work queue's message to drop (0 when the query is not waiting:
+// a try again would not end it) and the submission's sequence.
+func (c *queuedCancel) endQueued(ctx context.Context, ref protocol.QueryRef) (bool, uint64, uint64, error) {
 	n := c.names
 	// From the stream's leader: the compare-and-sets below are against it.
 	statusSeq, last, err := fence.LastStatus(ctx, c.nc, n.QueriesStream(), n.QueryStatus(ref.Tenant, ref.ID))
 	if err != nil {
-		return nil, err
+		return false, 0, 0, err
 	}
 	if last == nil || last.State != protocol.StateQueued || last.JobSeq == 0 {
-		return nil, nil // none (published straight to the queue), or not waiting
+		return false, 0, 0, nil // none (published straight to the queue), or not waiting
 	}
 	drop, err := c.undelivered(ctx, ref.Tenant, last.JobSeq)
 	if err != nil || drop == 0 {
-		return nil, err // 0: a worker may have it
+		return false, 0, 0, err // 0: a worker may have it
 	}
 	msg := "dispatcher: the query was cancelled while it was queued; it never started"
 	ended, err := c.end.end(ctx, ending{
@@ -63,21 +87,24 @@ func (c *queuedCancel) cancelQueued(ctx context.Context, ref protocol.QueryRef) 
 		state: protocol.StateCancelled, reason: protocol.ReasonCancelled, code: protocol.CodeCancelled,
 		message: msg, expectStatusSeq: statusSeq,
 	})
-	if err != nil || !ended {
-		return nil, err
-	}
+	return ended, drop, last.JobSeq, err
+}
+
+// dropEnded takes the job of ref, which this dispatcher just ended, out of
+// the work queue and returns ref's status.
+func (c *queuedCancel) dropEnded(ctx context.Context, ref protocol.QueryRef, drop, jobSeq uint64) *protocol.StatusEvent {
 	// Now that the query has ended, take the job out of the queue so no
 	// worker is given it (one that still is sees the query finished).
 	if err := c.dropJob(ctx, drop); err != nil {
 		c.log.Warn().Err(err).Str("tenant", ref.Tenant).Str("query_id", ref.ID).Msg("removing the cancelled job from the work queue")
 	}
-	c.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Uint64("job_seq", last.JobSeq).
+	c.log.Info().Str("tenant", ref.Tenant).Str("query_id", ref.ID).Uint64("job_seq", jobSeq).
 		Msg("queued query cancelled and removed from the work queue")
 	st, err := c.index.lookup(ctx, ref)
 	if err != nil {
-		return nil, nil //nolint:nilerr // the cancel is done; the reply just lacks the status
+		return nil // the cancel is done; the reply just lacks the status
 	}
-	return st, nil
+	return st
 }
 
 // dropJob deletes job seq from the work queue; one already gone is fine.

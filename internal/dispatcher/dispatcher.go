@@ -126,10 +126,9 @@ func (s *Service) build(fleetCap int) {
 	s.index = newStatusIndex(q, s.sessions, s.adm)
 	end := &ender{queryDeps: q}
 	s.dead = &deadLetters{queryDeps: q, index: s.index, end: end}
-	s.api = &api{
-		queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead,
-		queued: &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap},
-	}
+	queued := &queuedCancel{queryDeps: q, index: s.index, end: end, fleetCap: fleetCap}
+	s.sessions.queued = queued
+	s.api = &api{queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead, queued: queued}
 	s.api.scheduleStore = schedule.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
 	s.api.triggers = trigger.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
 	s.sched = &schedules{store: s.api.scheduleStore, firer: schedule.NewFirer(s.js, s.names, s.api.submitFired, s.log)}

@@ -71,12 +71,24 @@ func (x *ender) end(ctx context.Context, e ending) (bool, error) {
 	if e.expectStatusSeq != 0 {
 		pm.Header.Set(hdrExpectLastSubjectSeq, strconv.FormatUint(e.expectStatusSeq, 10))
 		pm.Header.Set(hdrExpectLastSubjectSeqSubject, n.QueryStatus(e.tenant, e.id))
+		// Two enders of the same status (the API's cancel and the
+		// sessions consumer's, which reads the same .ctl cancel) write
+		// one line: its id names the status both ended, not the line's
+		// place, which the later one may read past the earlier's line.
+		pm.Header.Set(protocol.HeaderMsgID, endingMsgID(e))
 	}
-	if _, err := x.js.PublishMsg(ctx, pm); err != nil {
+	ack, err := x.js.PublishMsg(ctx, pm)
+	if err != nil {
 		if e.expectStatusSeq != 0 && fence.WrongLastSequence(err) {
 			return false, nil
 		}
 		return false, fmt.Errorf("publishing the synthetic result: %w", err)
+	}
+	if ack.Duplicate {
+		// Another ender's line: store it under the place it has.
+		if seq, err = storedSeq(ctx, qs, ack.Sequence); err != nil {
+			return false, err
+		}
 	}
 	chunk := append(append([]byte(nil), line...), '\n')
 	if err := x.objects.Put(ctx, storage.ChunkKey(e.tenant, e.id, seq, e.attempt), chunk); err != nil {
@@ -115,4 +127,23 @@ func (x *ender) end(ctx context.Context, e ending) (bool, error) {
 		return true, fmt.Errorf("publishing the %s status: %w", e.state, err)
 	}
 	return true, nil
+}
+
+// endingMsgID is the Nats-Msg-Id of the synthetic result that ends e's
+// query while its last status is the one at e.expectStatusSeq.
+func endingMsgID(e ending) string {
+	return "_end." + e.tenant + "." + e.id + "." + strconv.FormatUint(e.expectStatusSeq, 10)
+}
+
+// storedSeq is the Fleet-Seq of the line stored at stream sequence at.
+func storedSeq(ctx context.Context, qs jetstream.Stream, at uint64) (uint64, error) {
+	m, err := qs.GetMsg(ctx, at)
+	if err != nil {
+		return 0, fmt.Errorf("reading the synthetic result already written: %w", err)
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the synthetic result already written has no %s: %w", protocol.HeaderSeq, err)
+	}
+	return seq, nil
 }

@@ -37,6 +37,11 @@ type sessions struct {
 	queryDeps
 	ttl, every time.Duration
 
+	// queued ends a cancelled query still waiting in the queue: a cancel
+	// sent on the .ctl subject (not through the API) ends it as it is
+	// read, not when a worker is given the job after a slot frees.
+	queued *queuedCancel
+
 	consumed
 	// sweepStop stops the parked-session expiry loop.
 	sweepStop func()
@@ -192,6 +197,19 @@ func (ss *sessions) cancelParked(ctx context.Context, tenant, id string) (*proto
 	}
 }
 
+// cancel ends tenant/id at once on a .ctl cancel when no worker holds it:
+// still queued, or a parked session.
+func (ss *sessions) cancel(ctx context.Context, tenant, id string) error {
+	if ss.queued != nil {
+		st, err := ss.queued.cancelQueued(ctx, protocol.QueryRef{Tenant: tenant, ID: id})
+		if err != nil || st != nil {
+			return err
+		}
+	}
+	_, err := ss.cancelParked(ctx, tenant, id)
+	return err
+}
+
 func resultSeq(ev protocol.StatusEvent) uint64 {
 	if ev.Result != nil {
 		return ev.Result.LastSeq
@@ -217,7 +235,7 @@ func (ss *sessions) onEvent(m jetstream.Msg) {
 			_ = m.Ack()
 			return
 		case op.Op == protocol.OpCancel:
-			_, err = ss.cancelParked(ctx, tenant, id)
+			err = ss.cancel(ctx, tenant, id)
 		case op.Op == protocol.OpInput || op.Op == protocol.OpEnd:
 			err = ss.resumeIfParked(ctx, tenant, id)
 		default:

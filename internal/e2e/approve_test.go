@@ -47,6 +47,19 @@ func TestApprovingAnUnknownOrAnsweredRequestIsRefused(t *testing.T) {
 	sendCtl(t, f, "default", "appr-1", protocol.CtlOp{Op: protocol.OpEnd})
 	r := f.Follow("default", "appr-1", wait)
 	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	// Each line once: the agent's permission request is on .msg once,
+	// whatever the approvals (one applied, two refused) did.
+	requests := 0
+	for _, l := range fleettest.RequireContiguous(t, r) {
+		var m struct {
+			Type      string `json:"type"`
+			RequestID string `json:"request_id"`
+		}
+		if json.Unmarshal(l, &m) == nil && m.Type == "control_request" && m.RequestID == asked.RequestID {
+			requests++
+		}
+	}
+	require.Equal(t, 1, requests, "the permission request %s is on .msg once", asked.RequestID)
 }
 
 // The API refuses a session op on a one-shot query, whoever asks (the CLI

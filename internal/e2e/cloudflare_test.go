@@ -96,3 +96,38 @@ func TestCloudflareUnavailableIsRetried(t *testing.T) {
 	}
 	require.True(t, retrying, "subscribers see why it is retried")
 }
+
+// A worker of this release against the previous release's bridge (no
+// version route, no /model routes): the query fails at once, attempt 1,
+// with bridge_incompatible naming both versions; it is not retried and no
+// sandbox is created. Before, every attempt failed sandbox_unavailable on
+// PUT /v1/sb/:id/model (404) until the deliveries ran out, and only the
+// worker's log said why.
+func TestCloudflareOldBridgeFailsOnceAsIncompatible(t *testing.T) {
+	t.Parallel()
+	fake := bridgefake.New(t, bridgefake.Options{Legacy: true})
+	cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: fake.URL(), Token: fake.Token(), HTTPClient: fake.Client(),
+		WorkerVersion: "v0.0.0-this-worker"})
+	require.NoError(t, err)
+	f := fleettest.New(t, fleettest.Opts{})
+	w := f.StartWorker(fleettest.WorkerOpts{Slots: 1, Mod: func(c *worker.Config) {
+		c.Providers[protocol.SandboxCloudflare] = cf
+		c.DefaultSandbox = protocol.SandboxCloudflare
+	}})
+	fleettest.WaitReady(t, w.W)
+	for _, id := range []string{"cf-old-1", "cf-old-2"} {
+		f.SubmitJSON("default", id, "hello old bridge")
+		r := f.Follow("default", id, wait)
+		require.Equal(t, protocol.StateFailed, r.Final.State)
+		require.Equal(t, 1, r.Final.Attempt, "not retried")
+		require.NotNil(t, r.Final.Error)
+		require.Equal(t, protocol.CodeBridgeIncompatible, r.Final.Error.Code)
+		require.Contains(t, r.Final.Error.Message, "unknown (before "+sandbox.BridgeVersion+")")
+		require.Contains(t, r.Final.Error.Message, "v0.0.0-this-worker")
+		for _, ev := range r.Statuses {
+			require.NotEqual(t, protocol.StateRetrying, ev.State)
+		}
+	}
+	require.Zero(t, fake.Creates(), "no sandbox made on a bridge the worker cannot use")
+	require.Equal(t, 1, fake.VersionAsks(), "the worker asked the bridge once")
+}

@@ -67,6 +67,47 @@ func TestCancelledWhileHeldNeverRunning(t *testing.T) {
 	require.Zero(t, countState(h, protocol.StateRunning), "a job cancelled while queued never ran: %v", historyStates(h))
 }
 
+// A job held behind a full fleet and cancelled on its .ctl subject (as any
+// client can send it) ends "cancelled" while the fleet is still full: the
+// dispatcher's consumer of .ctl ops ends it as it reads the cancel. Before,
+// nothing read that cancel until a slot freed and a worker was given the
+// job, so the cancel waited on another run's end. A second job, cancelled
+// through the API (whose cancel both the API and that consumer act on),
+// gets one synthetic result, not one per dispatcher path.
+func TestCancelOfAHeldJobEndsItWhileTheFleetIsFull(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 1})
+	log := watchStatuses(t, f.NC, f.Names)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	f.SubmitJSON("held", "busy", "/standin sleep=1h")
+	log.waitFor(t, "busy running", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "busy" && ev.State == protocol.StateRunning
+	})
+	for _, id := range []string{"by-ctl", "by-api"} {
+		f.SubmitJSON("held", id, "/standin sleep=1h")
+		log.waitFor(t, id+" held behind the full fleet", func(ev protocol.StatusEvent) bool {
+			return ev.ID == id && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonFleetCap
+		})
+	}
+	sendCtl(t, f, "held", "by-ctl", protocol.CtlOp{Op: protocol.OpCancel})
+	rep, err := f.Client.Cancel(context.Background(), protocol.QueryRef{Tenant: "held", ID: "by-api"})
+	require.NoError(t, err)
+	require.True(t, rep.OK)
+	for _, id := range []string{"by-ctl", "by-api"} {
+		r := f.Follow("held", id, wait)
+		require.Equal(t, protocol.StateCancelled, r.Final.State, id)
+		require.Len(t, r.Lines, 1, "%s: one synthetic result: the agent never started", id)
+		h := f.History("held", id)
+		fleettest.RequireOneTerminal(t, h)
+		require.Zero(t, countState(h, protocol.StateRunning), "%s never ran: %v", id, historyStates(h))
+	}
+	// The fleet was full all along: the cancels did not wait for its slot.
+	busy := f.History("held", "busy")
+	require.Equal(t, protocol.StateRunning, busy.Statuses[len(busy.Statuses)-1].State, "busy still holds the fleet's one slot")
+	sendCtl(t, f, "held", "busy", protocol.CtlOp{Op: protocol.OpCancel})
+	require.Equal(t, protocol.StateCancelled, f.Follow("held", "busy", wait).Final.State)
+}
+
 // A two-turn session announces each turn's start once: exactly one
 // "running" before each of its two "idle"s. Before, the first turn had
 // two: the claim's and the turn's.

@@ -65,6 +65,32 @@ func (a Auth) Authenticate(r *http.Request) (Principal, error) {
 	return Principal{}, errors.Join(ErrUnauthorized, errors.New("the token is not valid (wrong, expired or revoked)"))
 }
 
+// WriteUnauthorized answers 401 with the API's JSON error shape
+// {"error":{"code":"unauthorized","message"}} and a Bearer challenge. The
+// dashboard answers a refused program the same way.
+func WriteUnauthorized(w http.ResponseWriter, message string) {
+	writeError(w, http.StatusUnauthorized, CodeUnauthorized, message)
+}
+
+// SignInFits reports whether a refused request is a browser's to send to a
+// sign-in page rather than to answer 401: a GET that sends no
+// Authorization header (a program that sent one, right or wrong, wants
+// the error, not a page) and accepts HTML.
+func SignInFits(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.Header.Get("Authorization") != "" {
+		return false
+	}
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			media, _, _ := strings.Cut(part, ";")
+			if m := strings.ToLower(strings.TrimSpace(media)); m == "text/html" || m == "application/xhtml+xml" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")

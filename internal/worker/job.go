@@ -263,6 +263,11 @@ func (q *query) execute(ctx context.Context, box *box, emit agent.EmitFunc) (age
 		if sandbox.Retryable(err) || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return agent.Outcome{}, fmt.Errorf("creating the sandbox: %w", err)
 		}
+		if bi, ok := sandbox.IsBridgeIncompatible(err); ok {
+			// Every attempt would meet the same bridge: the query fails
+			// once, saying which bridge and which worker.
+			return syntheticEnd(emit, protocol.ReasonBridgeIncompatible, "worker: "+bi.Error())
+		}
 		// A sandbox that cannot be made for this job: end the run with a
 		// synthetic result through the runner's spawn-failure path.
 		sb = failedSandbox{err: err}

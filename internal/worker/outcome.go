@@ -72,6 +72,8 @@ func terminalStatus(out agent.Outcome) protocol.StatusEvent {
 		code = protocol.CodeOutputTooLarge
 	case protocol.ReasonWorkspaceCheckout:
 		code = protocol.CodeWorkspaceCheckout
+	case protocol.ReasonBridgeIncompatible:
+		code = protocol.CodeBridgeIncompatible
 	}
 	msg := "the agent reported an error"
 	if len(r.Errors) > 0 {

@@ -433,11 +433,15 @@ func TestRunResultWrittenAfterStopDoesNotWin(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		cause  error // nil: the run's own timeout
+		cause  error
 		reason string
 	}{
 		{"cancel", agent.ErrCancelled, protocol.ReasonCancelled},
-		{"timeout", nil, protocol.ReasonTimeout},
+		// The cause the run's own timer gives (Request.Timeout), sent
+		// once the agent runs: a timer started with the run could fire
+		// before a loaded machine has started the agent (TestRunTimeout
+		// covers the timer itself).
+		{"timeout", agent.ErrTimeout, protocol.ReasonTimeout},
 		{"handback", agent.ErrHandback, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -447,14 +451,9 @@ func TestRunResultWrittenAfterStopDoesNotWin(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			req := agent.Request{Sandbox: b.sb, Job: job("/standin termresult=1 sleep=1h")}
-			if tc.cause == nil {
-				req.Timeout = 300 * time.Millisecond
-			}
 			done := runAsync(t, r, ctx, req, b.lines.emit)
 			waitLines(t, b.lines, 2) // init and the text: the agent is running
-			if tc.cause != nil {
-				cancel(tc.cause)
-			}
+			cancel(tc.cause)
 			out := <-done
 			lines, synth := b.lines.all()
 			require.GreaterOrEqual(t, len(lines), 3)

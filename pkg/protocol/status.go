@@ -44,6 +44,10 @@ const (
 	CodeNotFound           = "not_found"           // API: no such query
 	CodeInternal           = "internal"            // anything else
 	CodeBudget             = "budget"              // the model gateway stopped the run at a spend cap (docs/gateway.md)
+	// CodeBridgeIncompatible: the Cloudflare bridge Worker lacks what the
+	// worker uses (an older bridge); never retried: the bridge must be
+	// upgraded. The message names both versions.
+	CodeBridgeIncompatible = "bridge_incompatible"
 )
 
 // ErrorInfo is the error object of status events and API replies.

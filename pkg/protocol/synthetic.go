@@ -29,6 +29,9 @@ const (
 	// ReasonMaxDeliveries: the dispatcher dead-lettered the job after its
 	// last attempt.
 	ReasonMaxDeliveries = "max_deliveries"
+	// ReasonBridgeIncompatible: the Cloudflare bridge Worker lacks what
+	// the worker uses; the run never started (CodeBridgeIncompatible).
+	ReasonBridgeIncompatible = "bridge_incompatible"
 )
 
 // MaxStderrTail is the most of SyntheticInput.StderrTail that goes into a

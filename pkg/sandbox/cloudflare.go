@@ -101,6 +101,13 @@ type CloudflareConfig struct {
 	// Logger receives warnings (stream re-attachments, retries). Defaults to
 	// a no-op logger.
 	Logger *zerolog.Logger
+	// Needs is what the worker uses of the bridge (capabilities of GET
+	// /v1/version); Create refuses a bridge that lacks any with a
+	// *BridgeIncompatibleError. Defaults to BridgeNeeds.
+	Needs []string
+	// WorkerVersion names this worker in that error. Defaults to
+	// "unknown".
+	WorkerVersion string
 }
 
 func (c CloudflareConfig) withDefaults() CloudflareConfig {
@@ -112,6 +119,10 @@ func (c CloudflareConfig) withDefaults() CloudflareConfig {
 	c.Backoff = c.Backoff.withDefaults()
 	c.Attempts = cmp.Or(c.Attempts, 5)
 	c.StreamRetries = cmp.Or(c.StreamRetries, 8)
+	if c.Needs == nil {
+		c.Needs = BridgeNeeds
+	}
+	c.WorkerVersion = cmp.Or(c.WorkerVersion, "unknown")
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -194,6 +205,10 @@ type Cloudflare struct {
 	client *http.Client
 	own    *http.Transport // non-nil when the client is ours
 	log    zerolog.Logger
+	// bridge is what the bridge supports once learned (Bridge), under
+	// bridgeLock (a channel, so a waiter's ctx can end its wait).
+	bridge     *BridgeInfo
+	bridgeLock chan struct{}
 }
 
 var _ Provider = (*Cloudflare)(nil)
@@ -206,7 +221,7 @@ func NewCloudflare(cfg CloudflareConfig) (*Cloudflare, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Cloudflare{cfg: cfg, client: cfg.HTTPClient}
+	c := &Cloudflare{cfg: cfg, client: cfg.HTTPClient, bridgeLock: make(chan struct{}, 1)}
 	if c.client == nil {
 		c.own = http.DefaultTransport.(*http.Transport).Clone()
 		c.client = &http.Client{Transport: c.own}
@@ -241,10 +256,15 @@ type cfCreateResp struct {
 // Create creates or wakes the sandbox spec.ID and waits until it is ready.
 // It retries 503 and transport failures with backoff for up to ReadyTimeout,
 // then returns an error wrapping ErrUnavailable; 4xx answers wrap ErrInvalid
-// and are not retried. If ctx ends first, the error wraps ctx.Err().
+// and are not retried. If ctx ends first, the error wraps ctx.Err(). A
+// bridge that lacks what the worker needs (Bridge, asked once) is refused
+// before anything is created, with a *BridgeIncompatibleError.
 func (c *Cloudflare) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err := CheckID(spec.ID); err != nil {
 		return nil, fmt.Errorf("cloudflare: create sandbox: %w", err)
+	}
+	if err := c.checkBridge(ctx); err != nil {
+		return nil, fmt.Errorf("cloudflare: create sandbox %s: %w", spec.ID, err)
 	}
 	env, err := c.filterEnv(spec.Env)
 	if err != nil {

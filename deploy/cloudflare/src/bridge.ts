@@ -20,6 +20,7 @@ import {
   stdinPaths,
 } from './stdin';
 import { DEFAULT_PING_MS, openProcessStream, type StreamSandbox } from './stream';
+import { versionBody } from './version';
 import {
   checkProcId,
   checkSandboxId,
@@ -334,6 +335,10 @@ async function getFile(env: Env, id: string, url: URL): Promise<Response> {
 
 async function route(request: Request, env: Env, ctx: ExecutionContext, url: URL, o: Required<BridgeOptions>): Promise<Response> {
   const seg = url.pathname.split('/').slice(1); // "", "v1", "sb", ...
+  if (seg[0] === 'v1' && seg[1] === 'version' && seg.length === 2) {
+    if (request.method === 'GET') return jsonResponse(versionBody());
+    return methodNotAllowed(['GET']);
+  }
   if (seg[0] !== 'v1' || seg[1] !== 'sb' || seg.length < 3) return notFound();
   const id = checkSandboxId(seg[2] ?? '');
   const m = request.method;

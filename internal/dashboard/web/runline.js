@@ -7,7 +7,11 @@
 window.fleetRunline = (function () {
   var list = document.getElementById("runline");
   var stats = document.getElementById("runstats");
-  var at = 0, first = 0, turns = 0, lastMsg = "", tools = {}, calls = 0, callMS = 0, spend = 0, toolCount = 0;
+  // A turn is one exchange: the assistant's lines (one per content block,
+  // or many in a row) up to the next user line (a tool result, an input).
+  // The header shows the turns the last result reports (num_turns) until
+  // another turn starts, else the exchanges counted.
+  var at = 0, first = 0, turns = 0, inTurn = false, reported = null, tools = {}, calls = 0, callMS = 0, spend = 0, toolCount = 0;
 
   function secs(ms) { return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + "s"; }
   function row(kind, text) {
@@ -28,21 +32,21 @@ window.fleetRunline = (function () {
     li.appendChild(d);
   }
   function summary() {
-    stats.textContent = turns + " turns · " + toolCount + " tool calls · " + calls + " model calls" +
+    var n = reported === null ? turns : reported;
+    stats.textContent = n + (n === 1 ? " turn · " : " turns · ") + toolCount + " tool calls · " + calls + " model calls" +
       (calls ? " · " + secs(callMS) + " in the model · $" + spend.toFixed(4) : "");
   }
   return {
     at: function (ms) { at = ms; if (!first) { first = ms; } },
     line: function (m) {
       if (m.type === "assistant" && m.message) {
-        var id = m.message.id || "";
-        if (id === "" || id !== lastMsg) { turns++; row("turn", "turn " + turns); }
-        lastMsg = id;
+        if (!inTurn) { inTurn = true; reported = null; turns++; row("turn", "turn " + turns); }
         (Array.isArray(m.message.content) ? m.message.content : []).forEach(function (b) {
           if (b.type === "tool_use") { toolCount++; tools[b.id] = { li: row("tool", "tool " + b.name), at: at }; }
         });
-      } else if (m.type === "user" && m.message && Array.isArray(m.message.content)) {
-        m.message.content.forEach(function (b) {
+      } else if (m.type === "user" && m.message) {
+        inTurn = false;
+        (Array.isArray(m.message.content) ? m.message.content : []).forEach(function (b) {
           var t = b.type === "tool_result" && tools[b.tool_use_id];
           if (t) {
             dur(t.li, at - t.at);
@@ -51,6 +55,8 @@ window.fleetRunline = (function () {
           }
         });
       } else if (m.type === "result") {
+        inTurn = false;
+        if (typeof m.num_turns === "number") { reported = m.num_turns; }
         var li = row("result", (m.is_error ? "ended in error" : "done") + " · " + (m.num_turns || 0) + " turns · $" + (m.total_cost_usd || 0).toFixed(4));
         if (m.duration_ms) { dur(li, m.duration_ms); }
       }

@@ -16,7 +16,11 @@
 //	PUT    /v1/sb/:id/model                     open a model run: {tenant, query_id, attempt, first_call, max_cost_usd?, spent_usd?} → {open:true}
 //	GET    /v1/sb/:id/model?from=N              {events, next, spent_usd, max_cost_usd?, capped}; 404 model_run_not_found
 //	DELETE /v1/sb/:id/model?from=N              the same, then the run is closed
+//	GET    /v1/version                          {version, capabilities[]}: what the bridge supports
 //	GET    /healthz                             unauthenticated
+//
+// With Options.Legacy the fake plays the previous release's bridge: no
+// /v1/version and no /model routes (404).
 //
 // Every /v1 route requires "Authorization: Bearer <token>", compared in
 // constant time (401 otherwise). Errors are JSON {"error": message, "code":

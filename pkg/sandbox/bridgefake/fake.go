@@ -73,6 +73,11 @@ type Options struct {
 	// stops reading its pipe, so an unread stream back-pressures the
 	// process as a full pipe would. Defaults to 1 MiB.
 	OutputWindow int64
+	// Legacy plays a bridge Worker from before GET /v1/version (older than
+	// sandbox.BridgeVersion): neither that route nor the /model routes
+	// exist (404 as any unknown route), as a worker of this release meets
+	// the previous release's bridge.
+	Legacy bool
 }
 
 // Fake is a running fake bridge. Its methods are safe for concurrent use.
@@ -102,6 +107,7 @@ type Fake struct {
 
 	// counters
 	creates, deletes, unauthorized int
+	versions                       int // GET /v1/version, answered or not
 	starts, launches, streams      map[string]int
 	kills                          map[string][]string
 	envs                           map[string][]string // sandbox/proc → env
@@ -249,6 +255,14 @@ func (f *Fake) Creates() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.creates
+}
+
+// VersionAsks is the number of GET /v1/version calls (a Legacy fake
+// counts the 404s it answers).
+func (f *Fake) VersionAsks() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.versions
 }
 
 // Deletes is the number of DELETE /v1/sb/:id calls.

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	fleetsandbox "github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 
 // handlers serves the bridge's HTTP API over the state of a Fake; the
@@ -39,9 +41,21 @@ func (f handlers) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/stdin", f.auth(f.withProc(f.handleStdin)))
 	mux.HandleFunc("POST /v1/sb/{id}/proc/{pid}/stdin/close", f.auth(f.withProc(f.handleStdinClose)))
 	mux.HandleFunc("GET /v1/sb/{id}/proc/{pid}", f.auth(f.withProc(f.handleStatus)))
-	mux.HandleFunc("PUT /v1/sb/{id}/model", f.auth(f.handleModelOpen))
-	mux.HandleFunc("GET /v1/sb/{id}/model", f.auth(f.handleModelReport))
-	mux.HandleFunc("DELETE /v1/sb/{id}/model", f.auth(f.handleModelReport))
+	mux.HandleFunc("GET /v1/version", f.auth(func(w http.ResponseWriter, _ *http.Request) {
+		f.mu.Lock()
+		f.versions++
+		f.mu.Unlock()
+		if f.opts.Legacy {
+			writeError(w, http.StatusNotFound, "not_found", "no such route")
+			return
+		}
+		writeJSON(w, http.StatusOK, fleetsandbox.BridgeInfo{Version: fleetsandbox.BridgeVersion, Capabilities: Capabilities})
+	}))
+	if !f.opts.Legacy {
+		mux.HandleFunc("PUT /v1/sb/{id}/model", f.auth(f.handleModelOpen))
+		mux.HandleFunc("GET /v1/sb/{id}/model", f.auth(f.handleModelReport))
+		mux.HandleFunc("DELETE /v1/sb/{id}/model", f.auth(f.handleModelReport))
+	}
 	mux.HandleFunc("PUT /v1/sb/{id}/file", f.auth(f.withSandbox(f.handlePutFile)))
 	mux.HandleFunc("GET /v1/sb/{id}/file", f.auth(f.withSandbox(f.handleGetFile)))
 	mux.HandleFunc("/v1/", f.auth(func(w http.ResponseWriter, _ *http.Request) {
@@ -49,6 +63,10 @@ func (f handlers) routes() http.Handler {
 	}))
 	return mux
 }
+
+// Capabilities is what the fake answers GET /v1/version with, as the
+// bridge Worker of this release does.
+var Capabilities = []string{"proc", "file", fleetsandbox.BridgeCapStdin, fleetsandbox.BridgeCapModel}
 
 type errBody struct {
 	Error string `json:"error"`
