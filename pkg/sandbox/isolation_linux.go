@@ -280,8 +280,8 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 	} else {
 		a = append(a, "--ro-bind", filepath.Join(etc, "hosts"), "/etc/hosts")
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev",
-		"--size", strconv.FormatInt(s.l.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(a, scratchMounts(s.l.cfg.TmpBytes)...)
 
 	ro := []string{}
 	if b := programBind(path, s.l.root, s.work); b != "" {
@@ -289,7 +289,7 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 	}
 	ro = append(ro, s.l.cfg.ReadOnlyPaths...)
 	rw := []string{s.work, s.home, s.tmp}
-	made := map[string]bool{"/": true, "/tmp": true}
+	made := map[string]bool{"/": true, "/tmp": true, "/var": true, "/var/tmp": true}
 	for _, d := range append(append([]string{}, ro...), rw...) {
 		a = append(a, parentDirs(d, made)...)
 	}
@@ -305,6 +305,18 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 		a = append(a, "--setenv", k, v)
 	}
 	return a, nil
+}
+
+// scratchMounts are a contained sandbox's private /tmp and /var/tmp: each
+// a fresh tmpfs of at most size bytes, mode 1777 like a host's, so the
+// agent uid (and anything else inside) writes and runs files there; none
+// of the host's /tmp or /var/tmp is visible, and both vanish with the
+// process. /var itself is an empty read-only directory.
+func scratchMounts(size int64) []string {
+	n := strconv.FormatInt(size, 10)
+	return []string{"--perms", "1777", "--size", n, "--tmpfs", "/tmp",
+		"--perms", "0755", "--dir", "/var",
+		"--perms", "1777", "--size", n, "--tmpfs", "/var/tmp"}
 }
 
 // commandArgs is what bwrap runs, on its command line (bwrap takes the

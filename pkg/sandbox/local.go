@@ -93,8 +93,9 @@ type LocalConfig struct {
 	// of the program each process runs: an agent's install tree.
 	ReadOnlyPaths []string
 
-	// TmpBytes is the size of a contained sandbox's private /tmp (a
-	// tmpfs). Defaults to 256 MiB.
+	// TmpBytes bounds each of a contained process's private /tmp and
+	// /var/tmp (tmpfs, mode 1777, the agent writes and runs files there).
+	// Defaults to 256 MiB.
 	TmpBytes int64
 
 	// DefaultLimits fill a ProcSpec's zero Limits; MaxLimits cap them (zero
