@@ -161,18 +161,21 @@ func openJournal(ctx context.Context, o *options, nc *nats.Conn, names protocol.
 	return jl, nil
 }
 
-// newProviders makes the sandbox providers: local always, cloudflare with
-// --cf-bridge-url.
+// newProviders makes the sandbox providers: local unless it cannot be
+// contained on a Cloudflare worker (containOptions.check), cloudflare
+// with --cf-bridge-url.
 func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, error) {
 	providers := map[string]sandbox.Provider{}
-	absDir, _ := filepath.Abs(o.sbDir)
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
-		Isolation: o.contain.isolation, AgentUID: o.contain.agentUID,
-		DefaultLimits: o.contain.limitsDefault, MaxLimits: o.contain.limitsMax})
-	if err != nil {
-		return nil, failed(1, "local sandbox", err)
+	if !o.contain.noLocal {
+		absDir, _ := filepath.Abs(o.sbDir)
+		local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
+			Isolation: o.contain.isolation, AgentUID: o.contain.agentUID,
+			DefaultLimits: o.contain.limitsDefault, MaxLimits: o.contain.limitsMax})
+		if err != nil {
+			return nil, failed(1, "local sandbox", err)
+		}
+		providers[protocol.SandboxLocal] = local
 	}
-	providers[protocol.SandboxLocal] = local
 	if o.cfURL != "" {
 		cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: o.cfURL, Token: o.cfToken, Logger: &log})
 		if err != nil {

@@ -29,7 +29,7 @@ const setprivPath = "/usr/bin/setpriv"
 func CheckContained() error {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
-		return fmt.Errorf("isolation contained: bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap): %w", err)
+		return fmt.Errorf("isolation contained: bubblewrap (bwrap) is not installed, or not on PATH (Debian: apt-get install bubblewrap): %w", err)
 	}
 	if os.Geteuid() == 0 {
 		if err := unix.Access(setprivPath, unix.X_OK); err != nil {
@@ -46,10 +46,30 @@ func CheckContained() error {
 		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true")
 	cmd.Env = []string{}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("isolation contained: bwrap cannot create namespaces here (user, mount, PID, network): %v: %s",
-			err, strings.TrimSpace(string(out)))
+		said := strings.TrimSpace(string(out))
+		return fmt.Errorf("isolation contained: bwrap cannot create namespaces here (user, mount, PID, network): %v: %s%s",
+			err, said, bwrapHint(said))
 	}
 	return nil
+}
+
+// bwrapHint says what to change for the failures bwrap reports inside
+// containers and on hosts that restrict user namespaces ("" when its
+// message is none of them).
+func bwrapHint(said string) string {
+	switch {
+	case strings.Contains(said, "mount proc"):
+		return " (the container masks /proc: run it with --security-opt unmask=/proc/* under Docker or Podman, " +
+			"securityContext.procMount: Unmasked on Kubernetes; and a seccomp profile that allows user namespaces)"
+	case strings.Contains(said, "RTM_NEWADDR"), strings.Contains(said, "setting up uid map"):
+		return " (an AppArmor restriction of unprivileged user namespaces, as on Ubuntu 24.04: " +
+			"give bwrap an AppArmor profile that allows userns, or sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+	case strings.Contains(said, "namespace"):
+		return " (the kernel refused user namespaces: a container's seccomp profile (Docker's default blocks them; " +
+			"--security-opt seccomp=unconfined or a profile allowing clone/unshare of namespaces), " +
+			"or sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone)"
+	}
+	return ""
 }
 
 // Descriptors of a bwrap child (ExtraFiles start at 3).
