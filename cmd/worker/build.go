@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -169,7 +170,7 @@ func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, 
 	if !o.contain.noLocal {
 		absDir, _ := filepath.Abs(o.sbDir)
 		local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
-			Isolation: o.contain.isolation, AgentUID: o.contain.agentUID,
+			Isolation: o.contain.isolation, AgentUID: o.contain.agentUID, HiddenPaths: o.workerPaths(),
 			DefaultLimits: o.contain.limitsDefault, MaxLimits: o.contain.limitsMax})
 		if err != nil {
 			return nil, failed(1, "local sandbox", err)
@@ -203,4 +204,24 @@ func newWorkspaces(o *options, objects storage.Store, repos *repocache.Cache, lo
 		return nil, failed(2, "workspaces", err)
 	}
 	return ws, nil
+}
+
+// workerPaths are the worker's own files, which a contained agent must
+// never see, not even beside its program: NATS credentials, file://
+// storage, journal, repository cache, git credentials.
+func (o *options) workerPaths() []string {
+	var out []string
+	var store string
+	if u, err := url.Parse(o.storageURL); err == nil && u.Scheme == "file" {
+		store, _ = backends.FilePath(u)
+	}
+	for _, p := range []string{o.common.NATSCreds, store, o.journalDir, o.repoCache, o.gitCreds} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
 }

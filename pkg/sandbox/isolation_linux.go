@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -304,7 +305,7 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 	a = append(a, scratchMounts(s.l.cfg.TmpBytes)...)
 
 	ro := []string{}
-	if b := programBind(path, s.l.root, s.work); b != "" {
+	if b := programBind(path, s.l.hidden, s.work); b != "" {
 		ro = append(ro, b)
 	}
 	ro = append(ro, s.l.cfg.ReadOnlyPaths...)
@@ -393,11 +394,6 @@ func parentDirs(d string, made map[string]bool) []string {
 		out = append(out, "--perms", "0755", "--dir", chain[i])
 	}
 	return out
-}
-
-// under reports whether p is dir or below it.
-func under(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 // writeEtc writes the /etc files every contained sandbox of l sees.
@@ -572,14 +568,15 @@ var broadDirs = map[string]bool{"/": true, "/tmp": true, "/var/tmp": true, "/roo
 // programBind is what of the program at path (symlinks resolved) a
 // contained sandbox gets read-only: its directory (the install tree of a
 // self-contained binary), or the file alone when the directory is a broad
-// one or holds the sandboxes' root; "" for a program under /usr or in the
-// workspace, which are there anyway.
-func programBind(path, root, work string) string {
+// one or holds one of the hidden paths (the sandboxes' root, the worker's
+// credentials and data); "" for a program under /usr or in the workspace,
+// which are there anyway.
+func programBind(path string, hidden []string, work string) string {
 	dir := filepath.Dir(path)
 	switch {
 	case under(dir, "/usr") || under(path, work):
 		return ""
-	case broadDirs[dir] || under(root, dir):
+	case broadDirs[dir] || slices.ContainsFunc(hidden, func(h string) bool { return under(h, dir) }):
 		return path
 	}
 	return dir
