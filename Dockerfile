@@ -14,11 +14,14 @@ RUN go build -trimpath -o /out/worker ./cmd/worker \
  && go build -trimpath -o /out/fleet-standin-agent ./cmd/fleet-standin-agent
 
 # The worker runs agents as local child processes, so its image carries the
-# agent: Claude Code (needs Node) plus the bundled stand-in for offline runs.
+# agent: Claude Code (needs Node) plus the bundled stand-in for offline runs,
+# and bubblewrap, which contains them (docs/contained.md). The worker refuses
+# to start where it cannot contain (the container needs user namespaces and
+# an unmasked /proc: see docker-compose.yml) unless FLEET_ISOLATION=none.
 FROM node:22-bookworm-slim AS worker
 ARG CLAUDE_CODE_VERSION=2.1.330
 RUN npm install -g "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" \
- && apt-get update && apt-get install -y --no-install-recommends git ca-certificates tini \
+ && apt-get update && apt-get install -y --no-install-recommends git ca-certificates tini bubblewrap \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 10001 fleet \
  && mkdir -p /data /journal /sandboxes && chown fleet:fleet /data /journal /sandboxes

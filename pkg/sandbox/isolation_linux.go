@@ -60,8 +60,9 @@ func CheckContained() error {
 func bwrapHint(said string) string {
 	switch {
 	case strings.Contains(said, "mount proc"):
-		return " (the container masks /proc: run it with --security-opt unmask=/proc/* under Docker or Podman, " +
-			"securityContext.procMount: Unmasked on Kubernetes; and a seccomp profile that allows user namespaces)"
+		return " (the container masks /proc: run it with --security-opt unmask=/proc/* under Podman, " +
+			"--security-opt systempaths=unconfined under Docker, securityContext.procMount: Unmasked on Kubernetes; " +
+			"and a seccomp profile that allows user namespaces)"
 	case strings.Contains(said, "RTM_NEWADDR"), strings.Contains(said, "setting up uid map"):
 		return " (an AppArmor restriction of unprivileged user namespaces, as on Ubuntu 24.04: " +
 			"give bwrap an AppArmor profile that allows userns, or sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
