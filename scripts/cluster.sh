@@ -49,6 +49,13 @@ for p in 4222 4223 4224; do
   for _ in $(seq 1 100); do port_free "$p" || break; sleep 0.1; done
 done
 
+# The workers contain their agents (bubblewrap) and refuse to start where
+# they cannot; this demo then runs them uncontained, saying so.
+if [[ -z "${FLEET_ISOLATION:-}" ]] && ! bwrap --unshare-all --unshare-user --die-with-parent --ro-bind / / --proc /proc --dev /dev true >/dev/null 2>&1; then
+  echo "==> agents NOT contained: bubblewrap cannot run here (see docs/contained.md); FLEET_ISOLATION=none for this run"
+  export FLEET_ISOLATION=none
+fi
+
 export FLEET_STORAGE="file://$DATA" FLEET_LOG_FORMAT=console FLEET_LOG_LEVEL=${FLEET_LOG_LEVEL:-warn} FLEET_NATS_URL=$urls
 "$BIN/dispatcher" serve --nats-creds "$AUTH/dispatcher.creds" --replicas 3 --max-concurrency 6 >"$logs/dispatcher.log" 2>&1 &
 pids+=($!)

@@ -44,6 +44,13 @@ else
   echo "    The stand-in takes directives as its prompt, e.g. PROMPT='/standin lines=30 delay=1s' make run (see README.md)."
 fi
 
+# The worker contains its agents (bubblewrap) and refuses to start where it
+# cannot; this demo then runs them uncontained, saying so.
+if [[ -z "${FLEET_ISOLATION:-}" ]] && ! bwrap --unshare-all --unshare-user --die-with-parent --ro-bind / / --proc /proc --dev /dev true >/dev/null 2>&1; then
+  echo "==> agents NOT contained: bubblewrap cannot run here (see docs/contained.md); FLEET_ISOLATION=none for this run"
+  export FLEET_ISOLATION=none
+fi
+
 export FLEET_NATS_URL="$url" FLEET_STORAGE="file://$DATA" FLEET_LOG_FORMAT=console FLEET_LOG_LEVEL=${FLEET_LOG_LEVEL:-warn}
 echo "==> starting the dispatcher and a worker (logs in $logs)"
 "$BIN/dispatcher" serve --max-concurrency 4 >"$logs/dispatcher.log" 2>&1 &

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -162,18 +163,21 @@ func openJournal(ctx context.Context, o *options, nc *nats.Conn, names protocol.
 	return jl, nil
 }
 
-// newProviders makes the sandbox providers: local always, cloudflare with
-// --cf-bridge-url.
+// newProviders makes the sandbox providers: local unless it cannot be
+// contained on a Cloudflare worker (containOptions.check), cloudflare
+// with --cf-bridge-url.
 func newProviders(o *options, log zerolog.Logger) (map[string]sandbox.Provider, error) {
 	providers := map[string]sandbox.Provider{}
-	absDir, _ := filepath.Abs(o.sbDir)
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
-		Isolation: o.contain.isolation, AgentUID: o.contain.agentUID,
-		DefaultLimits: o.contain.limitsDefault, MaxLimits: o.contain.limitsMax})
-	if err != nil {
-		return nil, failed(1, "local sandbox", err)
+	if !o.contain.noLocal {
+		absDir, _ := filepath.Abs(o.sbDir)
+		local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: absDir, EnvAllow: o.agentEnv, Logger: &log,
+			Isolation: o.contain.isolation, AgentUID: o.contain.agentUID, HiddenPaths: o.workerPaths(),
+			DefaultLimits: o.contain.limitsDefault, MaxLimits: o.contain.limitsMax})
+		if err != nil {
+			return nil, failed(1, "local sandbox", err)
+		}
+		providers[protocol.SandboxLocal] = local
 	}
-	providers[protocol.SandboxLocal] = local
 	if o.cfURL != "" {
 		cf, err := sandbox.NewCloudflare(sandbox.CloudflareConfig{BaseURL: o.cfURL, Token: o.cfToken, Logger: &log,
 			WorkerVersion: buildinfo.Version()})
@@ -202,4 +206,24 @@ func newWorkspaces(o *options, objects storage.Store, repos *repocache.Cache, lo
 		return nil, failed(2, "workspaces", err)
 	}
 	return ws, nil
+}
+
+// workerPaths are the worker's own files, which a contained agent must
+// never see, not even beside its program: NATS credentials, file://
+// storage, journal, repository cache, git credentials.
+func (o *options) workerPaths() []string {
+	var out []string
+	var store string
+	if u, err := url.Parse(o.storageURL); err == nil && u.Scheme == "file" {
+		store, _ = backends.FilePath(u)
+	}
+	for _, p := range []string{o.common.NATSCreds, store, o.journalDir, o.repoCache, o.gitCreds} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
 }

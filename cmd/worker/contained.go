@@ -5,7 +5,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"net/url"
 	"os"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/pkg/gateway"
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
 	"github.com/agentfleet/agentfleet/pkg/sandbox/egress"
 )
@@ -21,7 +22,10 @@ import (
 // containOptions are the containment flags (docs/contained.md), and what
 // they parse into.
 type containOptions struct {
-	isolation          string
+	isolation string
+	// noLocal: this worker has no local provider (--sandbox cloudflare
+	// with --isolation unset on a machine that cannot contain).
+	noLocal            bool
 	agentUID           int
 	netDefault, netMax string
 	egressAllow        string
@@ -36,7 +40,7 @@ type containOptions struct {
 }
 
 func addContainFlags(fs *pflag.FlagSet, c *containOptions) {
-	fs.StringVar(&c.isolation, "isolation", "", "local sandboxes: contained (bubblewrap namespaces) or none (a plain child process); default contained where this machine supports it (env FLEET_ISOLATION)")
+	fs.StringVar(&c.isolation, "isolation", "", "local sandboxes: contained (bubblewrap namespaces) or none (a plain child process, as the worker's user); unset = contained, and the worker refuses to start where it cannot contain (env FLEET_ISOLATION)")
 	fs.IntVar(&c.agentUID, "agent-uid", sandbox.DefaultAgentUID, "uid of a contained agent; never 0 (env FLEET_AGENT_UID)")
 	fs.StringVar(&c.netDefault, "network-default", "none", `network of a job that names none: none, open or {"allow":[…]} (env FLEET_NETWORK_DEFAULT)`)
 	fs.StringVar(&c.netMax, "network-max", "allow", "the most network a job may ask for: none, allow or open (env FLEET_NETWORK_MAX)")
@@ -49,11 +53,51 @@ func addContainFlags(fs *pflag.FlagSet, c *containOptions) {
 	fs.IntVar(&c.cpuWeightMax, "limit-cpu-weight-max", 0, "the highest cpu.weight a job's limits may ask; 0 = no maximum (env FLEET_LIMIT_CPU_WEIGHT_MAX)")
 }
 
-// check parses and checks the flags and settles the isolation: unset, the
-// default (contained where it works, else none, logged with the reason);
-// contained asked for where it cannot work is exit 1 with what is missing.
-// A bad value is a usage error (exit 2).
-func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
+// check parses and checks the flags and settles the isolation. It fails
+// closed: unset, it is contained, and a machine that cannot contain stops
+// the worker (exit 1) with what is missing and how to allow none; only a
+// worker whose default sandbox is Cloudflare then starts, without local
+// sandboxes. none is only ever what the operator set, and is warned about
+// at every start. A bad value is a usage error (exit 2).
+func (c *containOptions) check(sbName string, log zerolog.Logger) (code int, err error) {
+	if code, err := c.checkValues(); err != nil {
+		return code, err
+	}
+	switch c.isolation {
+	case "":
+		why := sandbox.CheckContained()
+		if why == nil {
+			c.isolation = sandbox.IsolationContained
+			break
+		}
+		if sbName == protocol.SandboxCloudflare {
+			c.noLocal = true
+			log.Warn().Str("why", why.Error()).Msg("local sandboxes are off: this machine cannot contain them; " +
+				"jobs asking for sandbox local fail here (" + noneHint + ")")
+			return 0, nil
+		}
+		return 1, fmt.Errorf("local sandboxes cannot be contained here, so the worker does not start: %w; %s", why, noneHint)
+	case sandbox.IsolationContained:
+		if err := sandbox.CheckContained(); err != nil {
+			return 1, fmt.Errorf("--isolation contained is not available here: %w; %s", err, noneHint)
+		}
+	case sandbox.IsolationNone:
+		log.Warn().Str("isolation", c.isolation).Int("worker_uid", os.Geteuid()).
+			Msg("--isolation none: local agents are NOT contained; they run as the worker's user and can read what it reads (its NATS credentials, storage, journal) and reach what it reaches")
+	default:
+		return 2, fmt.Errorf("--isolation must be %s or %s, not %q", sandbox.IsolationContained, sandbox.IsolationNone, c.isolation)
+	}
+	log.Info().Str("isolation", c.isolation).Int("agent_uid", c.agentUID).
+		Str("network_default", c.defaultNet.String()).Str("network_max", c.maxNet.String()).Str("egress_allow_private", c.egressDeny.String()).Msg("local sandbox isolation")
+	return 0, nil
+}
+
+// noneHint is how an operator runs uncontained agents on purpose.
+const noneHint = "to run local agents uncontained instead, as the worker's user (they can read its NATS credentials and data), " +
+	"set --isolation none or FLEET_ISOLATION=none explicitly"
+
+// checkValues parses and checks every flag but --isolation (exit 2).
+func (c *containOptions) checkValues() (code int, err error) {
 	if c.agentUID <= 0 {
 		return 2, fmt.Errorf("--agent-uid must be a positive uid (never 0), not %d", c.agentUID)
 	}
@@ -80,25 +124,6 @@ func (c *containOptions) check(log zerolog.Logger) (code int, err error) {
 	if err := c.limitsDefault.Within(c.limitsMax); err != nil {
 		return 2, fmt.Errorf("--limit-* defaults are above their maximums: %w", err)
 	}
-	switch c.isolation {
-	case "":
-		var why error
-		c.isolation, why = sandbox.DefaultIsolation()
-		if why != nil {
-			log.Warn().Str("isolation", c.isolation).Str("why", why.Error()).
-				Msg("local sandboxes are not contained: agents run as the worker's user and reach what it reaches")
-			return 0, nil
-		}
-	case sandbox.IsolationContained:
-		if err := sandbox.CheckContained(); err != nil {
-			return 1, fmt.Errorf("--isolation contained is not available here: %w", err)
-		}
-	case sandbox.IsolationNone:
-	default:
-		return 2, fmt.Errorf("--isolation must be %s or %s, not %q", sandbox.IsolationContained, sandbox.IsolationNone, c.isolation)
-	}
-	log.Info().Str("isolation", c.isolation).Int("agent_uid", c.agentUID).
-		Str("network_default", c.defaultNet.String()).Str("network_max", c.maxNet.String()).Str("egress_allow_private", c.egressDeny.String()).Msg("local sandbox isolation")
 	return 0, nil
 }
 

@@ -10,9 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
+	"github.com/agentfleet/agentfleet/pkg/sandbox"
 )
 
+// workerArgs are a worker command's arguments in a fresh directory, with
+// extra last. The worker fails closed where it cannot contain: on such a
+// machine the tests run their agents uncontained, on purpose (an
+// --isolation in extra wins).
 func workerArgs(t *testing.T, extra ...string) []string {
+	if sandbox.CheckContained() != nil {
+		extra = append([]string{"--isolation", "none"}, extra...)
+	}
+	return dirArgs(t, extra...)
+}
+
+// dirArgs is workerArgs with nothing about isolation.
+func dirArgs(t *testing.T, extra ...string) []string {
 	dir := t.TempDir()
 	return append([]string{
 		"--storage", "file://" + filepath.Join(dir, "data"), "--journal-dir", filepath.Join(dir, "journal"),

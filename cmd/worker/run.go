@@ -30,7 +30,7 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 2
 	}
-	if code, err := o.contain.check(log); err != nil {
+	if code, err := o.contain.check(o.sbName, log); err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return code
 	}

@@ -254,7 +254,10 @@ func (f *Fleet) StartWorker(o WorkerOpts) *Worker {
 	jl, err := journal.New(jcfg)
 	require.NoError(t, err)
 	require.NoError(t, jl.Start(context.Background()))
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), EnvAllow: o.EnvAllow, Env: o.SandboxEnv})
+	// Not contained, explicitly: the fleet's suites test the fleet, the
+	// contained ones (e2e contained_test.go) replace this provider.
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), EnvAllow: o.EnvAllow, Env: o.SandboxEnv,
+		Isolation: sandbox.IsolationNone})
 	require.NoError(t, err)
 	acfg := agent.Config{Command: AgentCommand(t), ResultGrace: 5 * time.Second, KillGrace: 2 * time.Second, Logger: &f.Logger}
 	if o.AgentMod != nil {

@@ -63,7 +63,7 @@ func workerProcess(args []string) int {
 	if v := os.Getenv(envSandboxEnv); v != "" {
 		_ = json.Unmarshal([]byte(v), &sbEnv)
 	}
-	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: sbdir, Env: sbEnv})
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: sbdir, Env: sbEnv, Isolation: sandbox.IsolationNone})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

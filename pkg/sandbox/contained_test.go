@@ -46,11 +46,13 @@ func TestCheckContainedNamesWhatIsMissing(t *testing.T) {
 func TestContainedConfigValidates(t *testing.T) {
 	root := t.TempDir()
 	for name, cfg := range map[string]sandbox.LocalConfig{
-		"unknown isolation": {Root: root, Isolation: "jail"},
-		"negative uid":      {Root: root, AgentUID: -1},
-		"relative ro path":  {Root: root, ReadOnlyPaths: []string{"opt/claude"}},
-		"default over max":  {Root: root, DefaultLimits: sandbox.Limits{Pids: 500}, MaxLimits: sandbox.Limits{Pids: 100}},
-		"cpu weight":        {Root: root, DefaultLimits: sandbox.Limits{CPUWeight: 20000}},
+		"unknown isolation":    {Root: root, Isolation: "jail"},
+		"negative uid":         {Root: root, AgentUID: -1},
+		"relative ro path":     {Root: root, ReadOnlyPaths: []string{"opt/claude"}},
+		"ro path shows hidden": {Root: root, ReadOnlyPaths: []string{"/srv/fleet"}, HiddenPaths: []string{"/srv/fleet/worker.creds"}},
+		"relative hidden":      {Root: root, HiddenPaths: []string{"data"}},
+		"default over max":     {Root: root, DefaultLimits: sandbox.Limits{Pids: 500}, MaxLimits: sandbox.Limits{Pids: 100}},
+		"cpu weight":           {Root: root, DefaultLimits: sandbox.Limits{CPUWeight: 20000}},
 	} {
 		_, err := sandbox.NewLocal(cfg)
 		require.ErrorIs(t, err, sandbox.ErrInvalid, name)

@@ -136,8 +136,11 @@
 // worker's children, which it must then reap without stealing os/exec's
 // exit statuses, and it still could not tell which run an orphan came from.
 //
-// Local isolates environment, directories and process lifetime; it is not a
-// security boundary. Processes run as the worker's user and can read what
-// that user can. Run untrusted agents under the Cloudflare provider or inside
-// a container.
+// With IsolationNone (LocalConfig's default) Local isolates environment,
+// directories and process lifetime; it is not a security boundary:
+// processes run as the worker's user and can read what that user can.
+// IsolationContained runs each process in namespaces through bubblewrap, as
+// an unprivileged uid seeing only its sandbox's directories, private /tmp
+// and /var/tmp, and the system's read-only ones (never LocalConfig.HiddenPaths).
+// The worker command uses it unless its operator sets none explicitly.
 package sandbox

@@ -145,13 +145,3 @@ func proxyEnv(env map[string]string) {
 	env["NO_PROXY"] = "127.0.0.1"
 	env["no_proxy"] = env["NO_PROXY"]
 }
-
-// DefaultIsolation is what --isolation defaults to: IsolationContained
-// where CheckContained passes, else IsolationNone with the reason (for the
-// worker's start-up log).
-func DefaultIsolation() (string, error) {
-	if err := CheckContained(); err != nil {
-		return IsolationNone, err
-	}
-	return IsolationContained, nil
-}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ const setprivPath = "/usr/bin/setpriv"
 func CheckContained() error {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
-		return fmt.Errorf("isolation contained: bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap): %w", err)
+		return fmt.Errorf("isolation contained: bubblewrap (bwrap) is not installed, or not on PATH (Debian: apt-get install bubblewrap): %w", err)
 	}
 	if os.Geteuid() == 0 {
 		if err := unix.Access(setprivPath, unix.X_OK); err != nil {
@@ -46,10 +47,31 @@ func CheckContained() error {
 		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true")
 	cmd.Env = []string{}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("isolation contained: bwrap cannot create namespaces here (user, mount, PID, network): %v: %s",
-			err, strings.TrimSpace(string(out)))
+		said := strings.TrimSpace(string(out))
+		return fmt.Errorf("isolation contained: bwrap cannot create namespaces here (user, mount, PID, network): %v: %s%s",
+			err, said, bwrapHint(said))
 	}
 	return nil
+}
+
+// bwrapHint says what to change for the failures bwrap reports inside
+// containers and on hosts that restrict user namespaces ("" when its
+// message is none of them).
+func bwrapHint(said string) string {
+	switch {
+	case strings.Contains(said, "mount proc"):
+		return " (the container masks /proc: run it with --security-opt unmask=/proc/* under Podman, " +
+			"--security-opt systempaths=unconfined under Docker, securityContext.procMount: Unmasked on Kubernetes; " +
+			"and a seccomp profile that allows user namespaces)"
+	case strings.Contains(said, "RTM_NEWADDR"), strings.Contains(said, "setting up uid map"):
+		return " (an AppArmor restriction of unprivileged user namespaces, as on Ubuntu 24.04: " +
+			"give bwrap an AppArmor profile that allows userns, or sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+	case strings.Contains(said, "namespace"):
+		return " (the kernel refused user namespaces: a container's seccomp profile (Docker's default blocks them; " +
+			"--security-opt seccomp=unconfined or a profile allowing clone/unshare of namespaces), " +
+			"or sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone)"
+	}
+	return ""
 }
 
 // Descriptors of a bwrap child (ExtraFiles start at 3).
@@ -283,16 +305,16 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 	} else {
 		a = append(a, "--ro-bind", filepath.Join(etc, "hosts"), "/etc/hosts")
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev",
-		"--size", strconv.FormatInt(s.l.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(a, scratchMounts(s.l.cfg.TmpBytes)...)
 
 	ro := []string{}
-	if b := programBind(path, s.l.root, s.work); b != "" {
+	if b := programBind(path, s.l.hidden, s.work); b != "" {
 		ro = append(ro, b)
 	}
 	ro = append(ro, s.l.cfg.ReadOnlyPaths...)
 	rw := []string{s.work, s.home, s.tmp}
-	made := map[string]bool{"/": true, "/tmp": true}
+	made := map[string]bool{"/": true, "/tmp": true, "/var": true, "/var/tmp": true}
 	for _, d := range append(append([]string{}, ro...), rw...) {
 		a = append(a, parentDirs(d, made)...)
 	}
@@ -308,6 +330,18 @@ func (s *localSandbox) bwrapArgs(ct *containedStart, spec ProcSpec, path, cwd st
 		a = append(a, "--setenv", k, v)
 	}
 	return a, nil
+}
+
+// scratchMounts are a contained sandbox's private /tmp and /var/tmp: each
+// a fresh tmpfs of at most size bytes, mode 1777 like a host's, so the
+// agent uid (and anything else inside) writes and runs files there; none
+// of the host's /tmp or /var/tmp is visible, and both vanish with the
+// process. /var itself is an empty read-only directory.
+func scratchMounts(size int64) []string {
+	n := strconv.FormatInt(size, 10)
+	return []string{"--perms", "1777", "--size", n, "--tmpfs", "/tmp",
+		"--perms", "0755", "--dir", "/var",
+		"--perms", "1777", "--size", n, "--tmpfs", "/var/tmp"}
 }
 
 // commandArgs is what bwrap runs, on its command line (bwrap takes the
@@ -364,11 +398,6 @@ func parentDirs(d string, made map[string]bool) []string {
 		out = append(out, "--perms", "0755", "--dir", chain[i])
 	}
 	return out
-}
-
-// under reports whether p is dir or below it.
-func under(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 // writeEtc writes the /etc files every contained sandbox of l sees.
@@ -543,14 +572,15 @@ var broadDirs = map[string]bool{"/": true, "/tmp": true, "/var/tmp": true, "/roo
 // programBind is what of the program at path (symlinks resolved) a
 // contained sandbox gets read-only: its directory (the install tree of a
 // self-contained binary), or the file alone when the directory is a broad
-// one or holds the sandboxes' root; "" for a program under /usr or in the
-// workspace, which are there anyway.
-func programBind(path, root, work string) string {
+// one or holds one of the hidden paths (the sandboxes' root, the worker's
+// credentials and data); "" for a program under /usr or in the workspace,
+// which are there anyway.
+func programBind(path string, hidden []string, work string) string {
 	dir := filepath.Dir(path)
 	switch {
 	case under(dir, "/usr") || under(path, work):
 		return ""
-	case broadDirs[dir] || under(root, dir):
+	case broadDirs[dir] || slices.ContainsFunc(hidden, func(h string) bool { return under(h, dir) }):
 		return path
 	}
 	return dir

@@ -57,6 +57,10 @@ func TestProgramBind(t *testing.T) {
 		"/var/lib/fleet/agent":              "/var/lib/fleet/agent",
 		"/opt/agent":                        "/opt/agent",
 	} {
-		require.Equal(t, want, programBind(path, root, work), path)
+		require.Equal(t, want, programBind(path, []string{root}, work), path)
 	}
+	// A directory holding the worker's credentials or data is never bound.
+	hidden := []string{root, "/srv/fleet/worker.creds"}
+	require.Equal(t, "/srv/fleet/claude", programBind("/srv/fleet/claude", hidden, work))
+	require.Equal(t, "/srv/other", programBind("/srv/other/claude", hidden, work))
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,8 +94,15 @@ type LocalConfig struct {
 	// of the program each process runs: an agent's install tree.
 	ReadOnlyPaths []string
 
-	// TmpBytes is the size of a contained sandbox's private /tmp (a
-	// tmpfs). Defaults to 256 MiB.
+	// HiddenPaths are host paths a contained agent must never see: the
+	// worker's credentials, storage, journal and caches. A program whose
+	// directory holds one is bound as the file alone (Root is always
+	// treated so), and a ReadOnlyPaths entry holding one is refused.
+	HiddenPaths []string
+
+	// TmpBytes bounds each of a contained process's private /tmp and
+	// /var/tmp (tmpfs, mode 1777, the agent writes and runs files there).
+	// Defaults to 256 MiB.
 	TmpBytes int64
 
 	// DefaultLimits fill a ProcSpec's zero Limits; MaxLimits cap them (zero
@@ -141,9 +149,19 @@ func (c LocalConfig) validate() error {
 	if c.TmpBytes < 0 {
 		return Invalidf("LocalConfig.TmpBytes must not be negative")
 	}
+	for i, p := range c.HiddenPaths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return Invalidf("LocalConfig.HiddenPaths[%d] %q must be a clean absolute path", i, p)
+		}
+	}
 	for i, p := range c.ReadOnlyPaths {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			return Invalidf("LocalConfig.ReadOnlyPaths[%d] %q must be a clean absolute path below /", i, p)
+		}
+		for _, h := range c.HiddenPaths {
+			if under(h, p) {
+				return Invalidf("LocalConfig.ReadOnlyPaths[%d] %q holds %q, which agents must not see", i, p, h)
+			}
 		}
 	}
 	if _, err := c.DefaultLimits.resolve(Limits{}, c.MaxLimits); err != nil {
@@ -172,8 +190,11 @@ func (c LocalConfig) validate() error {
 // and each process a child in its own process group. See the package
 // documentation for the environment policy and what Local does not isolate.
 type Local struct {
-	cfg     LocalConfig
-	root    string // absolute, symlinks resolved
+	cfg  LocalConfig
+	root string // absolute, symlinks resolved
+	// hidden are root and HiddenPaths, as given and with symlinks
+	// resolved: what a contained sandbox must never show.
+	hidden  []string
 	log     zerolog.Logger
 	contain containment
 
@@ -220,6 +241,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	cfg.EnvAllow = slices.DeleteFunc(slices.Clone(cfg.EnvAllow), workerModelCredential)
 	cfg.Env = maps.Clone(cfg.Env)
 	l := &Local{
+		hidden:    hiddenPaths(root, cfg.HiddenPaths),
 		pool:      pool,
 		cfg:       cfg,
 		root:      root,
@@ -338,3 +360,20 @@ func (l *Local) forget(s *localSandbox) {
 // HostConfigDir is the sandbox's CLAUDE_CONFIG_DIR (home/.claude), which
 // every process of the sandbox gets whatever its Env says.
 func (s *localSandbox) HostConfigDir() string { return s.claudeDir }
+
+// hiddenPaths are root and paths, each also with its symlinks resolved.
+func hiddenPaths(root string, paths []string) []string {
+	out := []string{root}
+	for _, p := range paths {
+		out = append(out, p)
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
