@@ -165,7 +165,7 @@ func FuzzScopeSubmission(f *testing.F) {
 		}
 		for k := range s.Header {
 			switch k {
-			case protocol.HeaderContentType, protocol.HeaderMsgID, "Traceparent", "Tracestate":
+			case protocol.HeaderContentType, protocol.HeaderMsgID, "traceparent", "tracestate":
 			default:
 				t.Fatalf("kept header %s", k)
 			}
