@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
 func FuzzParseToken(f *testing.F) {
@@ -134,6 +137,38 @@ func FuzzScopeJob(f *testing.F) {
 		var job struct{ Tenant string }
 		if json.Unmarshal(out, &job) != nil || job.Tenant != "a" {
 			t.Fatalf("%q (%s) became %q", b, ct, out)
+		}
+	})
+}
+
+func FuzzScopeSubmission(f *testing.F) {
+	f.Add([]byte(`{"id":"q1","prompt":"p"}`), "", "a.q1", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	f.Add([]byte(`{"id":"q1","prompt":"p","tenant":"b"}`), "", "b.q1", "")
+	f.Add([]byte(`{"id":"q1","prompt":"p","ſandbox":"x"}`), "", "", "x")
+	f.Add([]byte{0x82, 0xa2, 'i', 'd', 0xa2, 'q', '1', 0xa6, 'p', 'r', 'o', 'm', 'p', 't', 0xa1, 'p'}, "application/msgpack", "q1", "")
+	f.Fuzz(func(t *testing.T, b []byte, ct, msgID, traceparent string) {
+		hdr := nats.Header{}
+		hdr.Set(protocol.HeaderContentType, ct)
+		hdr.Set(protocol.HeaderMsgID, msgID)
+		hdr.Set("traceparent", traceparent)
+		hdr.Set("Nats-Rollup", "all")
+		s, err := ScopeSubmission("a", hdr, b)
+		if err != nil {
+			return
+		}
+		var job protocol.Job
+		if json.Unmarshal(s.Body, &job) != nil || job.Tenant != "a" || job.ID == "" {
+			t.Fatalf("%q became %q", b, s.Body)
+		}
+		if !strings.HasPrefix(s.Header.Get(protocol.HeaderMsgID), "a.") {
+			t.Fatalf("message id %q", s.Header.Get(protocol.HeaderMsgID))
+		}
+		for k := range s.Header {
+			switch k {
+			case protocol.HeaderContentType, protocol.HeaderMsgID, "traceparent", "tracestate":
+			default:
+				t.Fatalf("kept header %s", k)
+			}
 		}
 	})
 }
