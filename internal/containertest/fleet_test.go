@@ -262,12 +262,15 @@ func (f *fleet) tailUntil(id, want string) string {
 	defer func() { cancel(); _ = cmd.Wait() }()
 	sc := bufio.NewScanner(out)
 	sc.Buffer(nil, 1<<20)
+	var seen []string
 	for sc.Scan() {
 		if strings.Contains(sc.Text(), want) {
 			return sc.Text()
 		}
+		seen = append(seen, sc.Text())
 	}
-	f.t.Fatalf("query %s ended without a line containing %q", id, want)
+	st, _ := exec.Command(f.cli, f.cliArgs("status", id)...).CombinedOutput()
+	f.t.Fatalf("query %s ended without a line containing %q:\n%s\nstatus: %s", id, want, strings.Join(seen, "\n"), st)
 	return ""
 }
 
