@@ -262,12 +262,15 @@ func (f *fleet) tailUntil(id, want string) string {
 	defer func() { cancel(); _ = cmd.Wait() }()
 	sc := bufio.NewScanner(out)
 	sc.Buffer(nil, 1<<20)
+	var seen []string
 	for sc.Scan() {
 		if strings.Contains(sc.Text(), want) {
 			return sc.Text()
 		}
+		seen = append(seen, sc.Text())
 	}
-	f.t.Fatalf("query %s ended without a line containing %q", id, want)
+	st, _ := exec.Command(f.cli, f.cliArgs("status", id)...).CombinedOutput()
+	f.t.Fatalf("query %s ended without a line containing %q:\n%s\nstatus: %s", id, want, strings.Join(seen, "\n"), st)
 	return ""
 }
 
@@ -275,11 +278,14 @@ func (f *fleet) tailUntil(id, want string) string {
 // and returns its exit code and output. The container must exit on its own.
 func (f *fleet) exited(name, creds string, unmask bool) (int, string) {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "podman", append([]string{"run", "--rm"}, f.workerArgs(name, creds, unmask)...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "podman", append([]string{"run", "--rm"}, f.workerArgs(name, creds, unmask)...)...)
+	cmd.Cancel = func() error { return exec.Command("podman", "rm", "-f", name).Run() }
+	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
-		f.t.Fatalf("%s did not exit within 90s:\n%s", name, out)
+		f.t.Errorf("%s did not exit within 60s:\n%s", name, out)
+		return -1, string(out)
 	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), string(out)

@@ -3,7 +3,8 @@
 // each examples/*.yaml, every rendered object decoded strictly into its
 // k8s.io/api type (an unknown or misplaced field fails), the workers'
 // securityContext, and the values that must fail (an unknown key, no
-// existingSecret). Helm is v4, a tool of this module (`go tool helm`), kept
+// existingSecret). Helm is v4, a tool dependency of this module (built
+// once by TestMain and executed), kept
 // out of the main module's go.mod. The official NATS chart cannot be
 // fetched here: a stub named nats stands in for it in a copy of the chart,
 // so the dependency is satisfied and renders nothing.
@@ -47,8 +48,28 @@ func chartCopy(t *testing.T) string {
 	return dir
 }
 
+// helmBin is helm v4, built once by TestMain from this module's tool
+// dependency (the version go.mod pins).
+var helmBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "charttest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	helmBin = filepath.Join(dir, "helm")
+	if out, err := exec.Command("go", "build", "-o", helmBin, "helm.sh/helm/v4/cmd/helm").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build helm: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func helm(args ...string) (string, error) {
-	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
+	cmd := exec.Command(helmBin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
