@@ -70,6 +70,9 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	if err == nil {
 		_, err = jobLimits(job, w.cfg.LimitsMax)
 	}
+	if err == nil {
+		_, err = stallTimeout(job, w.cfg.StallTimeout, w.cfg.StallTimeoutMax)
+	}
 	if err != nil {
 		w.reject(msg, job, tenant, attempt, err)
 		return

@@ -34,6 +34,8 @@ func (o *oneShot) request(sb sandbox.Sandbox, job *protocol.Job) agent.Request {
 
 func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (agent.Outcome, error) {
 	q := o.q
+	ctx, emit, stop := o.watchStalls(ctx, sb, emit)
+	defer stop()
 	store := q.w.cfg.Checkpoints
 	job := q.job
 	if job.Options.Resume != "" && store != nil {
@@ -72,4 +74,27 @@ func (o *oneShot) finish(_ context.Context, ev protocol.StatusEvent) protocol.St
 		ev.Error.Code = protocol.CodeResumeNotFound
 	}
 	return ev
+}
+
+// watchStalls gives the run its stall watch (stall.go): a stall stops the
+// run with cause agent.StallError, so that it ends failed, code stalled.
+// stop ends the watch.
+func (o *oneShot) watchStalls(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (context.Context, agent.EmitFunc, func()) {
+	q := o.q
+	d, err := stallTimeout(q.job, q.w.cfg.StallTimeout, q.w.cfg.StallTimeoutMax)
+	if err != nil || d == 0 {
+		return ctx, emit, func() {}
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	sw := newStallWatch(sctx, q, d, sb)
+	sw.arm()
+	go func() {
+		select {
+		case silence := <-sw.fired:
+			q.w.metrics.stalls.WithLabelValues(q.job.Tenant).Inc()
+			cancel(agent.StallError{Silence: silence})
+		case <-sctx.Done():
+		}
+	}()
+	return sctx, sw.wrap(emit), func() { cancel(nil) }
 }

@@ -91,5 +91,11 @@ type Options struct {
 	AppendSystemPrompt *string           `json:"append_system_prompt,omitempty" msgpack:"append_system_prompt,omitempty"`
 	Resume             string            `json:"resume,omitempty" msgpack:"resume,omitempty"`
 	TimeoutS           *int              `json:"timeout_s,omitempty" msgpack:"timeout_s,omitempty"`
+	// StallTimeout, a Go duration ("90s", "10m"), replaces the worker's
+	// --stall-timeout for this job: a turn whose agent writes no line for
+	// that long is stalled. It may not exceed the worker's
+	// --stall-timeout-max (the job then fails with CodeInvalidJob naming
+	// the field).
+	StallTimeout string `json:"stall_timeout,omitempty" msgpack:"stall_timeout,omitempty"`
 	Env                map[string]string `json:"env,omitempty" msgpack:"env,omitempty"`
 }

@@ -44,6 +44,7 @@ const (
 	CodeNotFound           = "not_found"           // API: no such query
 	CodeInternal           = "internal"            // anything else
 	CodeBudget             = "budget"              // the model gateway stopped the run at a spend cap (SPEC 13)
+	CodeStalled            = "stalled"             // the agent wrote nothing for its stall timeout while a turn ran
 )
 
 // ErrorInfo is the error object of status events and API replies.
