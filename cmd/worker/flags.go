@@ -14,6 +14,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/gateway"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/session"
@@ -45,6 +46,7 @@ type options struct {
 	contain                      containOptions
 	stallTimeout, stallMax       time.Duration
 	stallGrace                   time.Duration
+	tracing                      *tracing.Tracing // from OTEL_* (run)
 
 	// command is --agent-cmd split like a shell, its program made
 	// absolute when given as a relative path (validate).

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/gateway"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/journal"
@@ -147,6 +148,8 @@ type Config struct {
 	// StallGrace is how long a stalled session turn may take to answer its
 	// interrupt before its agent is stopped. Defaults to 30s.
 	StallGrace time.Duration
+	// Tracing makes the runs' spans (trace.go); nil: none.
+	Tracing *tracing.Tracing
 	// Test hooks.
 	Test TestConfig
 }

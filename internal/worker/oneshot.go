@@ -32,10 +32,13 @@ func (o *oneShot) request(sb sandbox.Sandbox, job *protocol.Job) agent.Request {
 	return agent.Request{Sandbox: sb, Job: job, Env: o.env, ProcID: "agent-" + strconv.Itoa(o.q.attempt), Timeout: timeout}
 }
 
-func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (agent.Outcome, error) {
+func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (out agent.Outcome, err error) {
 	q := o.q
 	ctx, emit, stop := o.watchStalls(ctx, sb, emit)
 	defer stop()
+	at := q.startAgent(ctx, o.env)
+	emit = at.wrap(q, emit)
+	defer func() { at.end(out, err) }()
 	store := q.w.cfg.Checkpoints
 	job := q.job
 	if job.Options.Resume != "" && store != nil {
@@ -48,7 +51,7 @@ func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFu
 		j.Options.Resume = r.sid
 		job = &j
 	}
-	out, err := o.runAgent(ctx, o.request(sb, job), emit)
+	out, err = o.runAgent(ctx, o.request(sb, job), emit)
 	if err == nil && !out.HandedBack && out.SessionID != "" && store != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		_, serr := session.SaveMax(cctx, store, sb, q.job.Tenant, q.job.ID, session.Checkpoint{

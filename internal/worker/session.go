@@ -93,8 +93,11 @@ func (r *sessionRun) status(ev protocol.StatusEvent) protocol.StatusEvent {
 }
 
 // run runs a session job in sb; see the comment at the top.
-func (r *sessionRun) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (agent.Outcome, error) {
+func (r *sessionRun) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (out agent.Outcome, err error) {
 	q := r.q
+	at := q.startAgent(ctx, r.env)
+	emit = at.wrap(q, emit)
+	defer func() { at.end(out, err) }()
 	w, job := q.w, q.job
 	r.sb = sb
 	r.cp = session.Checkpoint{Job: job, JobSeq: q.jobSeq, QueuedAt: q.queuedAt}

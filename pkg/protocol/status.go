@@ -112,6 +112,9 @@ type StatusEvent struct {
 	// statuses the dispatcher's API and the workers publish, so that a
 	// list shows what a query was asked and search finds it by its text.
 	Prompt string `json:"prompt,omitempty" msgpack:"prompt,omitempty"`
+	// TraceID is the run's OpenTelemetry trace id (32 hex digits), once
+	// known: the producer's traceparent's, or the one the fleet started.
+	TraceID string `json:"trace_id,omitempty" msgpack:"trace_id,omitempty"`
 }
 
 // PromptPreviewBytes bounds StatusEvent.Prompt.
