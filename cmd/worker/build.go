@@ -115,6 +115,7 @@ func build(ctx context.Context, o *options, nc *nats.Conn, js jetstream.JetStrea
 		Sessions:    session.Config{Command: o.command, Logger: &log, MaxFilesBytes: o.sessionFilesMax},
 		Checkpoints: p.objects, Gateway: p.gw, TenantBudget: worker.TenantBudgets(js, p.names, log),
 		EnvCache: p.envs, Warm: o.warm,
+		Tracing: o.tracing, StallTimeout: o.stallTimeout, StallTimeoutMax: o.stallMax, StallGrace: o.stallGrace,
 		Network: o.contain.networkConfig(o.agentEnv, p.gw, log), LimitsMax: o.contain.limitsMax,
 	})
 	if err != nil {

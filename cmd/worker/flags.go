@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/gateway"
@@ -43,6 +44,9 @@ type options struct {
 	repoCacheTrees               int
 	warm                         int
 	contain                      containOptions
+	stallTimeout, stallMax       time.Duration
+	stallGrace                   time.Duration
+	tracing                      *tracing.Tracing // from OTEL_* (run)
 
 	// command is --agent-cmd split like a shell, its program made
 	// absolute when given as a relative path (validate).
@@ -82,6 +86,9 @@ func flags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.repoCache, "repo-cache", "", "directory of the repository cache and the setup environments (docs/warm.md); empty = none (env FLEET_REPO_CACHE)")
 	fs.IntVar(&o.envSpares, "env-cache-spares", envcache.DefaultSpares, "copies of each setup environment in --repo-cache kept prepared in the background, so a restore moves one into the checkout instead of copying (docs/warm.md); 0 = none (env FLEET_ENV_CACHE_SPARES)")
 	fs.IntVar(&o.repoCacheTrees, "repo-cache-trees", 1, "prepared working trees the repository cache keeps per repository, at the commit it served last, made in the background between jobs; 0 = none (env FLEET_REPO_CACHE_TREES)")
+	fs.DurationVar(&o.stallTimeout, "stall-timeout", 10*time.Minute, "a turn whose agent writes no line this long is stalled: a one-shot run fails (code stalled), a session turn is interrupted; a job's options.stall_timeout replaces it; 0 = off (env FLEET_STALL_TIMEOUT)")
+	fs.DurationVar(&o.stallMax, "stall-timeout-max", time.Hour, "the most a job's options.stall_timeout may ask; above it the job fails as invalid; 0 = no maximum (env FLEET_STALL_TIMEOUT_MAX)")
+	fs.DurationVar(&o.stallGrace, "stall-grace", 30*time.Second, "how long a stalled session turn may take to answer its interrupt before its agent is stopped and the session resumed from its checkpoint (env FLEET_STALL_GRACE)")
 	fs.IntVar(&o.warm, "warm", 0, "agents kept started ahead per option profile (docs/warm.md); 0 = off (env FLEET_WARM)")
 	return fs
 }
@@ -117,6 +124,12 @@ func (o *options) validate() error {
 	}
 	if o.envSpares < 0 || o.envSpares > 16 {
 		return fmt.Errorf("--env-cache-spares must be between 0 and 16, not %d", o.envSpares)
+	}
+	if o.stallTimeout < 0 || o.stallMax < 0 || o.stallGrace <= 0 {
+		return errors.New("--stall-timeout and --stall-timeout-max must not be negative, and --stall-grace must be above 0")
+	}
+	if o.stallMax > 0 && o.stallTimeout > o.stallMax {
+		return fmt.Errorf("--stall-timeout %s is above --stall-timeout-max %s", o.stallTimeout, o.stallMax)
 	}
 	if o.warm < 0 || o.warm > 64 {
 		return fmt.Errorf("--warm must be between 0 and 64, not %d", o.warm)

@@ -72,7 +72,7 @@ func startGateway(o *options, nc *nats.Conn, js jetstream.JetStream, names proto
 		return nil, nil
 	}
 	cfg := gateway.Config{
-		Upstream: o.modelUpstream, Prices: o.modelPrices, Logger: &log,
+		Upstream: o.modelUpstream, Prices: o.modelPrices, Logger: &log, Tracing: o.tracing,
 		Publisher:   gateway.JetStreamPublisher{JS: js, Names: names, Logger: &log},
 		OnRateLimit: worker.ForwardRateLimits(nc, names, log),
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 )
 
 // run is the worker command: parse, validate, connect and build, serve
@@ -34,6 +36,18 @@ func run(ctx context.Context, stop context.CancelFunc, args []string) int {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return code
 	}
+	if o.tracing, err = tracing.Start(ctx, "fleet-worker", log); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return 2
+	}
+	// Last: every span of the runs has ended.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := o.tracing.Shutdown(sctx); err != nil {
+			log.Warn().Err(err).Uint64("dropped_spans", o.tracing.Dropped()).Msg("tracing: flushing spans at exit")
+		}
+	}()
 	log.Info().Str("nats_url", config.RedactURLs(o.common.NATSURL)).Msg("connecting to NATS")
 	nc, js, err := config.ConnectJetStream(o.common, "fleet-worker", log)
 	if err != nil {

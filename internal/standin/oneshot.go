@@ -45,6 +45,15 @@ func run(d directives, prompt string, w *bufio.Writer, stderr io.Writer) int {
 	}
 	o.emitText(0, text)
 	o.flush()
+	if d.silent != "" {
+		select {} // stalled: until killed
+	}
+	if d.tool != "" {
+		if err := o.toolCall(); err != nil {
+			fmt.Fprintln(stderr, "stand-in agent: tool:", err)
+			return 2
+		}
+	}
 	for i, f := range d.files {
 		o.emitText(10+i, doFileOp(f))
 		o.flush()

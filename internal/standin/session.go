@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,6 +46,7 @@ type session struct {
 	w  *bufio.Writer
 
 	interrupts chan struct{}
+	deaf       atomic.Bool // silent=deaf: control requests go unanswered
 	amu        sync.Mutex
 	answers    map[string]chan string // permission request id → its answer
 }
@@ -160,6 +162,9 @@ func (s *session) read(stdin io.Reader, turns chan<- userMsg) {
 				ch <- a
 			}
 		case "control_request":
+			if s.deaf.Load() {
+				continue
+			}
 			s.emit(ordered{{"type", "control_response"}, {"response", ordered{
 				{"subtype", "success"}, {"request_id", m.RequestID}, {"response", ordered{}}}}})
 			if m.Request.Subtype == "interrupt" {
@@ -198,6 +203,15 @@ func (s *session) turn(n int, m userMsg) {
 	d, _ := parseDirectives(m.text)
 	s.crashIfAsked(d)
 	asked, interrupted := s.ask(d.ask)
+	switch d.silent {
+	case "deaf":
+		s.deaf.Store(true)
+		select {} // stalled, deaf to interrupts: until killed
+	case "":
+	default:
+		<-s.interrupts // stalled until interrupted
+		interrupted = true
+	}
 	if d.sleep > 0 && !interrupted {
 		select {
 		case <-time.After(d.sleep):

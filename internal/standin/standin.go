@@ -65,6 +65,13 @@
 //	cost=X       the result's total_cost_usd (default 0)
 //	ratelimit=T  first a rate_limit_event with status "rejected" and
 //	             resetsAt T (Unix seconds)
+//	silent=1     after the first assistant line, write nothing more and
+//	             never exit (until killed): a stalled agent. In a session
+//	             turn an interrupt still ends the turn; silent=deaf ignores
+//	             it too
+//	tool=busy    one tool call (an assistant tool_use line, then a user
+//	tool=sleep   tool_result line) whose child process spins the CPU (busy)
+//	             or sleeps, writing nothing, for toolfor=D (default 1h)
 package standin
 
 import (
@@ -107,6 +114,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			signal.Ignore(syscall.SIGTERM)
 			time.Sleep(time.Hour)
 			return 0
+		}
+		if v, ok := strings.CutPrefix(a, toolChildFlag); ok {
+			return toolChild(v)
 		}
 	}
 	if slices.Contains(args, "stream-json") && slices.Contains(args, "--input-format") {
@@ -152,6 +162,9 @@ type directives struct {
 	say                                     []string
 	cost                                    float64
 	rateLimitReset                          int64
+	silent                                  string        // "1": go silent mid-turn; "deaf": and ignore interrupts
+	tool                                    string        // "busy" or "sleep": a tool call with a child process
+	toolFor                                 time.Duration // how long the tool's child runs
 }
 
 // fileOp is one file directive.
@@ -212,6 +225,12 @@ func parseDirectives(prompt string) (directives, error) {
 			d.cost, err = strconv.ParseFloat(v, 64)
 		case "ratelimit":
 			d.rateLimitReset, err = strconv.ParseInt(v, 10, 64)
+		case "silent":
+			d.silent = v
+		case "tool":
+			d.tool = v
+		case "toolfor":
+			d.toolFor, err = time.ParseDuration(v)
 		default:
 			// Unknown words are part of the prompt text; ignore them.
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/gateway"
@@ -138,6 +139,19 @@ type Config struct {
 	// starts. Zero fields: no maximum. The local provider's LocalConfig
 	// holds the same maximums and the defaults (--limit-*).
 	LimitsMax sandbox.Limits
+	// StallTimeout is how long the agent may write nothing while a turn
+	// runs before the turn is stalled (stall.go); a job's
+	// options.stall_timeout replaces it. 0: no stall watch for jobs that
+	// set none.
+	StallTimeout time.Duration
+	// StallTimeoutMax is the most a job's options.stall_timeout may ask;
+	// above it the job fails as invalid. 0: no maximum.
+	StallTimeoutMax time.Duration
+	// StallGrace is how long a stalled session turn may take to answer its
+	// interrupt before its agent is stopped. Defaults to 30s.
+	StallGrace time.Duration
+	// Tracing makes the runs' spans (trace.go); nil: none.
+	Tracing *tracing.Tracing
 	// Test hooks.
 	Test TestConfig
 }
@@ -150,6 +164,11 @@ type TestConfig struct {
 	RunEnded func(tenant, id string, attempt int)
 	// SessionIdle, if set, replaces every session's idle timeout.
 	SessionIdle time.Duration
+	// StallChecked, if set, is called after each check of a run's stall
+	// watch that found the turn silent for its timeout (stall.go): stalled
+	// says whether it declared a stall (false: an approval or a busy tool
+	// call kept it going).
+	StallChecked func(tenant, id string, stalled bool)
 	// WarmEvents, if set, is given the warm pool's events (warm.go).
 	WarmEvents func(<-chan warm.Event)
 }
@@ -174,6 +193,7 @@ func (c Config) withDefaults() Config {
 	c.PullExpiry = cmp.Or(c.PullExpiry, 10*time.Second)
 	c.PullHeartbeat = cmp.Or(c.PullHeartbeat, 2*time.Second)
 	c.CreateTimeout = cmp.Or(c.CreateTimeout, 5*time.Minute)
+	c.StallGrace = cmp.Or(c.StallGrace, 30*time.Second)
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -201,6 +221,10 @@ func (c Config) validate() error {
 		return errors.New("worker: ShutdownGrace must not be negative")
 	case reservedIn(c.EnvAllow) != "":
 		return fmt.Errorf("worker: EnvAllow may not list %s: the model credential and ANTHROPIC_BASE_URL are the worker's, never a job's", reservedIn(c.EnvAllow))
+	case c.StallTimeout < 0 || c.StallTimeoutMax < 0 || c.StallGrace < 0:
+		return errors.New("worker: StallTimeout, StallTimeoutMax and StallGrace must not be negative")
+	case c.StallTimeoutMax > 0 && c.StallTimeout > c.StallTimeoutMax:
+		return errors.New("worker: StallTimeout must not exceed StallTimeoutMax")
 	case c.PullHeartbeat*2 > c.PullExpiry:
 		return errors.New("worker: PullHeartbeat must be at most half of PullExpiry")
 	}

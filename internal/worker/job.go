@@ -70,6 +70,9 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	if err == nil {
 		_, err = jobLimits(job, w.cfg.LimitsMax)
 	}
+	if err == nil {
+		_, err = stallTimeout(job, w.cfg.StallTimeout, w.cfg.StallTimeoutMax)
+	}
 	if err != nil {
 		w.reject(msg, job, tenant, attempt, err)
 		return
@@ -90,8 +93,10 @@ func (w *Worker) handle(msg jetstream.Msg, ackWait time.Duration, runEnded func(
 	// subscription hands it a cancel, while it is registered (runs.go).
 	runCtx, cancelRun := context.WithCancelCause(w.handbackCtx)
 	defer cancelRun(nil)
+	runCtx, span := startAttempt(w, runCtx, msg, job, attempt)
 	q := &query{w: w, msg: msg, job: job, attempt: attempt, log: log, runEnded: runEnded, ackWait: ackWait,
 		jobSeq: jobSeqOf(msg), queuedAt: queuedAtOf(msg), runCtx: runCtx, cancelRun: cancelRun}
+	defer func() { endAttempt(span, q.lastStatus.Load()) }()
 	q.mode = newMode(q, env)
 	q.since = time.Now()
 	defer w.active.add(q)()
@@ -161,6 +166,8 @@ type query struct {
 	cancelRun context.CancelCauseFunc
 	// warm is the warm agent this attempt took (warm.go), nil for a cold start.
 	warm *warm.Agent
+	// lastStatus is the last status published, for the attempt's span.
+	lastStatus atomic.Pointer[protocol.StatusEvent]
 	runFlags
 }
 

@@ -13,6 +13,7 @@ type Metrics struct {
 	running      prometheus.Gauge
 	freeSlots    prometheus.Gauge
 	redeliveries prometheus.Counter
+	stalls       *prometheus.CounterVec
 	// relay are the relays' metrics (lines, bytes, publish errors,
 	// groups) and the journal's disk being full.
 	relay *relay.Metrics
@@ -40,11 +41,15 @@ func NewMetrics(reg prometheus.Registerer, slots int, backlog func() (lines, byt
 		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_worker_redeliveries_total", Help: "Jobs received with more than one delivery.",
 		}),
+		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_worker_stalls_total",
+			Help: "Agent turns stalled (no output for the stall timeout while a turn ran), by tenant.",
+		}, []string{"tenant"}),
 		relay: relay.NewMetrics(),
 	}
 	m.freeSlots.Set(float64(slots))
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.runDuration, m.running, m.freeSlots, m.redeliveries)
+		reg.MustRegister(m.jobs, m.runDuration, m.running, m.freeSlots, m.redeliveries, m.stalls)
 		reg.MustRegister(m.relay.Collectors()...)
 		if backlog != nil {
 			reg.MustRegister(
@@ -59,3 +64,6 @@ func NewMetrics(reg prometheus.Registerer, slots int, backlog func() (lines, byt
 	}
 	return m
 }
+
+// Stalls is the counter of stalled turns, by tenant.
+func (m *Metrics) Stalls() *prometheus.CounterVec { return m.stalls }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -82,6 +83,7 @@ func (m *meteredMode) run(ctx context.Context, sb sandbox.Sandbox, emit agent.Em
 	m.earlier = spent
 	info := gateway.RunInfo{Tenant: job.Tenant, QueryID: job.ID, Attempt: q.attempt, FirstCall: last + 1, SpentUSD: spent,
 		OnCap: func(c gateway.Cap) { q.cancelRun(errBudget{c}) }}
+	info.Traceparent, info.Tracestate = tracing.Inject(ctx)
 	if job.MaxCostUSD != nil {
 		info.MaxCostUSD = *job.MaxCostUSD
 	}

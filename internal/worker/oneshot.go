@@ -32,8 +32,13 @@ func (o *oneShot) request(sb sandbox.Sandbox, job *protocol.Job) agent.Request {
 	return agent.Request{Sandbox: sb, Job: job, Env: o.env, ProcID: "agent-" + strconv.Itoa(o.q.attempt), Timeout: timeout}
 }
 
-func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (agent.Outcome, error) {
+func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (out agent.Outcome, err error) {
 	q := o.q
+	ctx, emit, stop := o.watchStalls(ctx, sb, emit)
+	defer stop()
+	at := q.startAgent(ctx, o.env)
+	emit = at.wrap(q, emit)
+	defer func() { at.end(out, err) }()
 	store := q.w.cfg.Checkpoints
 	job := q.job
 	if job.Options.Resume != "" && store != nil {
@@ -46,7 +51,7 @@ func (o *oneShot) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFu
 		j.Options.Resume = r.sid
 		job = &j
 	}
-	out, err := o.runAgent(ctx, o.request(sb, job), emit)
+	out, err = o.runAgent(ctx, o.request(sb, job), emit)
 	if err == nil && !out.HandedBack && out.SessionID != "" && store != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		_, serr := session.SaveMax(cctx, store, sb, q.job.Tenant, q.job.ID, session.Checkpoint{
@@ -72,4 +77,27 @@ func (o *oneShot) finish(_ context.Context, ev protocol.StatusEvent) protocol.St
 		ev.Error.Code = protocol.CodeResumeNotFound
 	}
 	return ev
+}
+
+// watchStalls gives the run its stall watch (stall.go): a stall stops the
+// run with cause agent.StallError, so that it ends failed, code stalled.
+// stop ends the watch.
+func (o *oneShot) watchStalls(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (context.Context, agent.EmitFunc, func()) {
+	q := o.q
+	d, err := stallTimeout(q.job, q.w.cfg.StallTimeout, q.w.cfg.StallTimeoutMax)
+	if err != nil || d == 0 {
+		return ctx, emit, func() {}
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	sw := newStallWatch(sctx, q, d, sb)
+	sw.arm()
+	go func() {
+		select {
+		case silence := <-sw.fired:
+			q.w.metrics.stalls.WithLabelValues(q.job.Tenant).Inc()
+			cancel(agent.StallError{Silence: silence})
+		case <-sctx.Done():
+		}
+	}()
+	return sctx, sw.wrap(emit), func() { cancel(nil) }
 }

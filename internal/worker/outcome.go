@@ -70,6 +70,8 @@ func terminalStatus(out agent.Outcome) protocol.StatusEvent {
 		code = protocol.CodeSpawnFailed
 	case protocol.ReasonOutputTooLarge:
 		code = protocol.CodeOutputTooLarge
+	case protocol.ReasonStalled:
+		code = protocol.CodeStalled
 	case protocol.ReasonWorkspaceCheckout:
 		code = protocol.CodeWorkspaceCheckout
 	case protocol.ReasonBridgeIncompatible:

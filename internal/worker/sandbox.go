@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/sandbox"
@@ -37,7 +38,12 @@ func newBox(ctx context.Context, w *Worker, log zerolog.Logger, provider sandbox
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 		defer cancel()
+		cctx, span := w.cfg.Tracing.Tracer().Start(cctx, "fleet.sandbox.create")
 		sb, err := provider.Create(cctx, spec)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 		ch <- result{sb, err}
 	}()
 	return &box{cleanup: &w.cleanup, log: log, wait: sync.OnceValues(func() (sandbox.Sandbox, error) {

@@ -73,6 +73,8 @@ type sessionRun struct {
 	crashedIn *queued
 	// Why the session failed after crashes.
 	crashNote string
+	// The stall watch of the session's turns (nil: none).
+	stall *stallWatch
 	// Checkpoints that could not be stored since the last stored one, and
 	// the last one's error.
 	cpFailures int
@@ -91,11 +93,18 @@ func (r *sessionRun) status(ev protocol.StatusEvent) protocol.StatusEvent {
 }
 
 // run runs a session job in sb; see the comment at the top.
-func (r *sessionRun) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (agent.Outcome, error) {
+func (r *sessionRun) run(ctx context.Context, sb sandbox.Sandbox, emit agent.EmitFunc) (out agent.Outcome, err error) {
 	q := r.q
+	at := q.startAgent(ctx, r.env)
+	emit = at.wrap(q, emit)
+	defer func() { at.end(out, err) }()
 	w, job := q.w, q.job
 	r.sb = sb
 	r.cp = session.Checkpoint{Job: job, JobSeq: q.jobSeq, QueuedAt: q.queuedAt}
+	if d, err := stallTimeout(job, w.cfg.StallTimeout, w.cfg.StallTimeoutMax); err == nil && d > 0 {
+		r.stall = newStallWatch(ctx, q, d, sb)
+		emit = r.stall.wrap(emit)
+	}
 
 	fail := func(reason, msg string) (agent.Outcome, error) {
 		return agent.EmitSynthetic(emit, agent.Outcome{}, protocol.SyntheticInput{Reason: reason, Message: msg})
@@ -242,6 +251,26 @@ func (r *sessionRun) recoverCrash(ctx context.Context, in queued, out agent.Outc
 	}
 	r.crashes++
 	r.crashedIn = &in
+	ns, why := r.restart(ctx, emit)
+	if ns == nil {
+		return giveUp(why)
+	}
+	msg := fmt.Sprintf("the agent crashed during the turn of %s (%s); resumed from the last checkpoint (resume %d of %d), the input runs again",
+		what, exit, r.crashes, maxCrashResumes)
+	r.log.Warn().Int("crashes", r.crashes).Uint64("ctl_seq", in.seq).Msg("agent crashed; session resumed")
+	ev := r.status(protocol.StatusEvent{State: protocol.StateRunning})
+	ev.Error = &protocol.ErrorInfo{Code: protocol.CodeProcessExit, Message: msg}
+	q.status(ev)
+	return ns, true
+}
+
+// restart starts a new process of the session in place of the one that
+// ended mid-turn, resuming the last stored checkpoint (restored into the
+// sandbox over whatever the ended turn left); why says what failed when
+// ns is nil.
+func (r *sessionRun) restart(ctx context.Context, emit agent.EmitFunc) (ns *session.Session, why string) {
+	q := r.q
+	fail := func(why string) (*session.Session, string) { return nil, why }
 	resume := ""
 	// What the last completed turn left: the stored checkpoint of this
 	// submission (a session that crashed in its first turn has none, and
@@ -252,13 +281,13 @@ func (r *sessionRun) recoverCrash(ctx context.Context, in queued, out agent.Outc
 		if r.cp.PromptApplied || r.restored {
 			cp, err := session.Load(lctx, q.w.cfg.Checkpoints, q.job.Tenant, q.job.ID)
 			if err != nil {
-				return giveUp("its checkpoint could not be loaded: " + err.Error())
+				return fail("its checkpoint could not be loaded: " + err.Error())
 			}
 			if cp.InputSeq != r.cp.InputSeq || cp.PromptApplied != r.cp.PromptApplied || cp.ClaudeSessionID != r.cp.ClaudeSessionID {
-				return giveUp("the stored checkpoint is not the last turn's")
+				return fail("the stored checkpoint is not the last turn's")
 			}
 			if err := session.RestoreCheckpoint(lctx, q.w.cfg.Checkpoints, r.sb, q.job.Tenant, q.job.ID, cp); err != nil {
-				return giveUp("its checkpoint could not be restored: " + err.Error())
+				return fail("its checkpoint could not be restored: " + err.Error())
 			}
 			resume = cp.ClaudeSessionID
 		} else {
@@ -266,7 +295,7 @@ func (r *sessionRun) recoverCrash(ctx context.Context, in queued, out agent.Outc
 			// that query's checkpoint again.
 			res, err := restoreResume(lctx, q, r.sb, func(agent.Line) error { return nil })
 			if res.done || err != nil {
-				return giveUp("the session named by options.resume could not be restored again")
+				return fail("the session named by options.resume could not be restored again")
 			}
 			resume = res.sid
 		}
@@ -274,17 +303,11 @@ func (r *sessionRun) recoverCrash(ctx context.Context, in queued, out agent.Outc
 	_ = r.cur.Close(context.WithoutCancel(ctx)) // exited already; reaps it
 	ns, err := r.start(ctx, resume, emit)
 	if err != nil {
-		return giveUp("the agent could not be started again: " + err.Error())
+		return fail("the agent could not be started again: " + err.Error())
 	}
 	r.cur = ns
 	r.base = r.turns
-	msg := fmt.Sprintf("the agent crashed during the turn of %s (%s); resumed from the last checkpoint (resume %d of %d), the input runs again",
-		what, exit, r.crashes, maxCrashResumes)
-	r.log.Warn().Int("crashes", r.crashes).Uint64("ctl_seq", in.seq).Msg("agent crashed; session resumed")
-	ev := r.status(protocol.StatusEvent{State: protocol.StateRunning})
-	ev.Error = &protocol.ErrorInfo{Code: protocol.CodeProcessExit, Message: msg}
-	q.status(ev)
-	return ns, true
+	return ns, ""
 }
 
 // closeAndCheckpoint ends the process (stdin closed, it exits) and stores

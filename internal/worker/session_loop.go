@@ -43,6 +43,13 @@ type sessionLoop struct {
 	// (after its turn when one runs) instead of holding the shutdown for
 	// its grace period.
 	parkNow bool
+
+	// The running turn's cancel, and a stalled turn's grace (stall.go):
+	// graceC fires when the interrupted turn did not answer in time.
+	turnCancel context.CancelCauseFunc
+	grace      *time.Timer
+	graceC     <-chan time.Time
+	silence    time.Duration
 }
 
 // loop is the session's single control goroutine.
@@ -57,7 +64,12 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 	}
 	l.idle.Stop()
 	defer l.idle.Stop()
+	defer l.stopGrace()
 	stopping := r.q.w.stopCh
+	var stalls <-chan time.Duration
+	if r.stall != nil {
+		stalls = r.stall.fired
+	}
 	for {
 		if done := l.next(ctx); done {
 			return l.last, nil
@@ -76,6 +88,13 @@ func (r *sessionRun) loop(ctx context.Context, s *session.Session, ops <-chan ct
 		case <-stopping:
 			stopping = nil
 			l.parkNow = true
+		case silence := <-stalls:
+			l.stalled(silence)
+		case <-l.graceC:
+			l.graceC = nil
+			if l.running != nil {
+				l.turnCancel(agent.StallError{Silence: l.silence + r.q.w.cfg.StallGrace})
+			}
 		case <-l.idle.C:
 			if done := l.idleFired(ctx); done {
 				return l.last, nil
@@ -133,16 +152,19 @@ func (l *sessionLoop) startTurn(ctx context.Context) {
 		// announced this turn already: one "running" per turn start.
 		r.q.status(r.status(protocol.StatusEvent{State: protocol.StateRunning}))
 	}
+	r.stall.arm()
+	tctx, tcancel := context.WithCancelCause(ctx)
+	l.turnCancel = tcancel
 	go func() {
+		defer tcancel(nil)
 		// options.timeout_s bounds each turn of a session (its
 		// approvals included): one that runs longer is stopped and
 		// ends the session as failed, code timeout, as it ends a
 		// one-shot run. Idle time between turns is bounded by the idle
 		// timeout and --session-ttl instead.
-		tctx := ctx
 		if t := r.q.job.Options.TimeoutS; t != nil && *t > 0 {
 			var cancel context.CancelFunc
-			tctx, cancel = context.WithTimeoutCause(ctx, time.Duration(*t)*time.Second, agent.ErrTimeout)
+			tctx, cancel = context.WithTimeoutCause(tctx, time.Duration(*t)*time.Second, agent.ErrTimeout)
 			defer cancel()
 		}
 		out, err := s.Turn(tctx, session.Input{Text: in.text, UUID: in.uuid})
@@ -173,6 +195,7 @@ func (l *sessionLoop) op(e ctlEntry) {
 			r.log.Warn().Err(err).Str("request_id", e.op.RequestID).Msg("approve")
 			return
 		}
+		r.stall.answered(e.op.RequestID)
 		if l.running != nil && len(s.Pending()) == 0 {
 			r.q.status(r.status(protocol.StatusEvent{State: protocol.StateRunning}))
 		}
@@ -187,6 +210,8 @@ func (l *sessionLoop) op(e ctlEntry) {
 func (l *sessionLoop) turnEnded(ctx context.Context, res turnResult) (done bool) {
 	r, s := l.r, l.s
 	l.running = nil
+	r.stall.disarm()
+	l.stopGrace()
 	// The last "running" announced the turn that ended: the next one
 	// (queued behind it, with no idle between) announces itself.
 	r.q.running.Store(false)
@@ -197,6 +222,14 @@ func (l *sessionLoop) turnEnded(ctx context.Context, res turnResult) (done bool)
 	r.turns = r.base + s.Turns()
 	if sid := s.SessionID(); sid != "" {
 		r.cp.ClaudeSessionID = sid
+	}
+	if res.out.Synthetic && res.out.Reason == protocol.ReasonStalled && ctx.Err() == nil {
+		ns, ok := r.recoverStall(ctx, res.in, l.emit)
+		if !ok {
+			return true
+		}
+		l.s = ns
+		return false
 	}
 	if res.out.Synthetic {
 		// The process is gone. Cancel, a deadline or a hand-back end

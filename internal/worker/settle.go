@@ -119,6 +119,8 @@ func (q *query) event(ev protocol.StatusEvent) protocol.StatusEvent {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
+	ev.TraceID = q.traceID()
+	q.lastStatus.Store(&ev)
 	return ev
 }
 

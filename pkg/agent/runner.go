@@ -28,7 +28,25 @@ var (
 	// queue. The process is stopped and NO synthetic result is written, because
 	// the query continues as a next attempt elsewhere.
 	ErrHandback = errors.New("agent: run handed back")
+	// ErrStalled: the agent wrote no line for its stall timeout while a
+	// turn ran (the worker's stall watchdog). The run ends with a synthetic
+	// result, reason "stalled". Use StallError to say how long it was silent.
+	ErrStalled = errors.New("agent: run stalled")
 )
+
+// StallError is the cause of a run stopped as stalled: the agent's silence.
+// errors.Is(err, ErrStalled) is true.
+type StallError struct {
+	// Silence is how long the agent had written nothing.
+	Silence time.Duration
+}
+
+func (e StallError) Error() string {
+	return fmt.Sprintf("worker: the agent wrote nothing for %.1f seconds while its turn ran (stalled)", e.Silence.Seconds())
+}
+
+// Is makes errors.Is(err, ErrStalled) true.
+func (e StallError) Is(target error) bool { return target == ErrStalled }
 
 // Config configures a Runner.
 type Config struct {
@@ -414,7 +432,12 @@ func stopCause(ctx context.Context) error {
 func ReasonFor(cause error) (reason, message string) { return reasonFor(cause) }
 
 func reasonFor(cause error) (reason, message string) {
+	var se StallError
 	switch {
+	case errors.As(cause, &se):
+		return protocol.ReasonStalled, se.Error()
+	case errors.Is(cause, ErrStalled):
+		return protocol.ReasonStalled, "worker: the agent stalled (no output for its stall timeout)"
 	case errors.Is(cause, ErrTimeout), errors.Is(cause, context.DeadlineExceeded):
 		return protocol.ReasonTimeout, "worker: the run exceeded its timeout"
 	default:

@@ -17,6 +17,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+
+	"github.com/agentfleet/agentfleet/internal/tracing"
 )
 
 // DefaultUpstream is the Anthropic API, the default --model-upstream.
@@ -54,6 +56,10 @@ const (
 
 // Config configures a Gateway. Upstream and one credential are required.
 type Config struct {
+	// Tracing makes a "chat <model>" span per metered call, a child of
+	// its run's RunInfo.Traceparent, and sends the span's traceparent
+	// upstream. Nil: no spans (a run's traceparent is still sent on).
+	Tracing *tracing.Tracing
 	// Upstream is the API the gateway forwards to (--model-upstream), a
 	// base URL without /v1. Defaults to DefaultUpstream.
 	Upstream string
@@ -126,6 +132,9 @@ type RunInfo struct {
 	// ends the run failed / budget. It must not block, nor call Close
 	// (cancel the run; its end closes the token).
 	OnCap func(Cap)
+	// Traceparent and Tracestate are the W3C trace context of the run
+	// (the worker's attempt span): the parent of the run's chat spans.
+	Traceparent, Tracestate string
 }
 
 // Cap says which cap a run reached.

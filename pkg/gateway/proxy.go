@@ -165,8 +165,11 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, rt r
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "the model gateway could not forward the request: "+err.Error())
 		return
 	}
+	span := g.chatSpan(r, out, metered)
+	defer func() { span.end(c) }()
 	resp, err := g.client.Do(out)
 	if err != nil {
+		span.fail(err)
 		if req.Context().Err() == nil {
 			g.log.Warn().Err(err).Str("query_id", r.info.QueryID).Msg("model upstream unreachable")
 			writeError(w, http.StatusBadGateway, "api_error", "the model upstream could not be reached: "+err.Error())
@@ -175,6 +178,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, r *run, rt r
 	}
 	defer func() { _ = resp.Body.Close() }()
 	c.status = resp.StatusCode
+	span.firstByte(c)
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v

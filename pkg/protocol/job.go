@@ -84,15 +84,21 @@ func (l *Limits) validate() error {
 
 // Options tune one agent run. Every field is optional; nil pointers mean "not set".
 type Options struct {
-	Model              string            `json:"model,omitempty" msgpack:"model,omitempty"`
-	MaxTurns           *int              `json:"max_turns,omitempty" msgpack:"max_turns,omitempty"`
-	MaxBudgetUSD       *float64          `json:"max_budget_usd,omitempty" msgpack:"max_budget_usd,omitempty"`
-	PermissionMode     string            `json:"permission_mode,omitempty" msgpack:"permission_mode,omitempty"`
-	AllowedTools       []string          `json:"allowed_tools,omitempty" msgpack:"allowed_tools,omitempty"`
-	DisallowedTools    []string          `json:"disallowed_tools,omitempty" msgpack:"disallowed_tools,omitempty"`
-	SystemPrompt       *string           `json:"system_prompt,omitempty" msgpack:"system_prompt,omitempty"`
-	AppendSystemPrompt *string           `json:"append_system_prompt,omitempty" msgpack:"append_system_prompt,omitempty"`
-	Resume             string            `json:"resume,omitempty" msgpack:"resume,omitempty"`
-	TimeoutS           *int              `json:"timeout_s,omitempty" msgpack:"timeout_s,omitempty"`
-	Env                map[string]string `json:"env,omitempty" msgpack:"env,omitempty"`
+	Model              string   `json:"model,omitempty" msgpack:"model,omitempty"`
+	MaxTurns           *int     `json:"max_turns,omitempty" msgpack:"max_turns,omitempty"`
+	MaxBudgetUSD       *float64 `json:"max_budget_usd,omitempty" msgpack:"max_budget_usd,omitempty"`
+	PermissionMode     string   `json:"permission_mode,omitempty" msgpack:"permission_mode,omitempty"`
+	AllowedTools       []string `json:"allowed_tools,omitempty" msgpack:"allowed_tools,omitempty"`
+	DisallowedTools    []string `json:"disallowed_tools,omitempty" msgpack:"disallowed_tools,omitempty"`
+	SystemPrompt       *string  `json:"system_prompt,omitempty" msgpack:"system_prompt,omitempty"`
+	AppendSystemPrompt *string  `json:"append_system_prompt,omitempty" msgpack:"append_system_prompt,omitempty"`
+	Resume             string   `json:"resume,omitempty" msgpack:"resume,omitempty"`
+	TimeoutS           *int     `json:"timeout_s,omitempty" msgpack:"timeout_s,omitempty"`
+	// StallTimeout, a Go duration ("90s", "10m"), replaces the worker's
+	// --stall-timeout for this job: a turn whose agent writes no line for
+	// that long is stalled. It may not exceed the worker's
+	// --stall-timeout-max (the job then fails with CodeInvalidJob naming
+	// the field).
+	StallTimeout string            `json:"stall_timeout,omitempty" msgpack:"stall_timeout,omitempty"`
+	Env          map[string]string `json:"env,omitempty" msgpack:"env,omitempty"`
 }

@@ -48,6 +48,7 @@ const (
 	// worker uses (an older bridge); never retried: the bridge must be
 	// upgraded. The message names both versions.
 	CodeBridgeIncompatible = "bridge_incompatible"
+	CodeStalled            = "stalled" // the agent wrote nothing for its stall timeout while a turn ran
 )
 
 // ErrorInfo is the error object of status events and API replies.
@@ -117,6 +118,9 @@ type StatusEvent struct {
 	Prompt string `json:"prompt,omitempty" msgpack:"prompt,omitempty"`
 	// Trigger is what started the job when the fleet did (a schedule).
 	Trigger *Trigger `json:"trigger,omitempty" msgpack:"trigger,omitempty"`
+	// TraceID is the run's OpenTelemetry trace id (32 hex digits), once
+	// known: the producer's traceparent's, or the one the fleet started.
+	TraceID string `json:"trace_id,omitempty" msgpack:"trace_id,omitempty"`
 }
 
 // PromptPreviewBytes bounds StatusEvent.Prompt.

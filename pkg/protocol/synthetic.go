@@ -26,6 +26,9 @@ const (
 	ReasonProcessExit    = "process_exit"
 	ReasonSpawnFailed    = "spawn_failed"
 	ReasonOutputTooLarge = "output_too_large"
+	// ReasonStalled: the agent wrote no line for its stall timeout while a
+	// turn ran, and was stopped.
+	ReasonStalled = "stalled"
 	// ReasonMaxDeliveries: the dispatcher dead-lettered the job after its
 	// last attempt.
 	ReasonMaxDeliveries = "max_deliveries"
@@ -146,6 +149,8 @@ func defaultSyntheticMessage(in SyntheticInput) string {
 		what = "the agent could not be started"
 	case ReasonOutputTooLarge:
 		what = "the agent's output exceeded a hard limit"
+	case ReasonStalled:
+		what = "the agent stalled (no output for its stall timeout)"
 	case ReasonMaxDeliveries:
 		what = "the job was dead-lettered after its last delivery"
 	default:

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -164,7 +165,26 @@ func (o *Options) validate() error {
 	if o.TimeoutS != nil && (*o.TimeoutS < 1 || *o.TimeoutS > MaxTimeoutS) {
 		return invalid("options.timeout_s", fmt.Sprintf("must be between 1 and %d, got %d", MaxTimeoutS, *o.TimeoutS))
 	}
+	if _, err := o.StallTimeoutDuration(); err != nil {
+		return err
+	}
 	return validateEnv(o.Env)
+}
+
+// StallTimeoutDuration is options.stall_timeout parsed (0 when not set).
+// Errors are *ValidationError naming the field.
+func (o *Options) StallTimeoutDuration() (time.Duration, error) {
+	if o.StallTimeout == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(o.StallTimeout)
+	switch {
+	case err != nil:
+		return 0, invalid("options.stall_timeout", fmt.Sprintf("must be a duration such as 90s or 10m, got %s", quoteShort(o.StallTimeout)))
+	case d <= 0 || d > MaxTimeoutS*time.Second:
+		return 0, invalid("options.stall_timeout", fmt.Sprintf("must be above 0 and at most %s, got %s", time.Duration(MaxTimeoutS)*time.Second, quoteShort(o.StallTimeout)))
+	}
+	return d, nil
 }
 
 func validateTools(field string, tools []string) error {

@@ -135,6 +135,9 @@ func TestValidate(t *testing.T) {
 		{name: "timeout zero", mutate: func(j *Job) { j.Options.TimeoutS = ptr(0) }, wantField: "options.timeout_s"},
 		{name: "timeout one week", mutate: func(j *Job) { j.Options.TimeoutS = ptr(604800) }},
 		{name: "timeout over a week", mutate: func(j *Job) { j.Options.TimeoutS = ptr(604801) }, wantField: "options.timeout_s"},
+		{name: "stall timeout not a duration", mutate: func(j *Job) { j.Options.StallTimeout = "10" }, wantField: "options.stall_timeout"},
+		{name: "stall timeout zero", mutate: func(j *Job) { j.Options.StallTimeout = "0s" }, wantField: "options.stall_timeout"},
+		{name: "stall timeout over a week", mutate: func(j *Job) { j.Options.StallTimeout = "169h" }, wantField: "options.stall_timeout"},
 
 		{name: "env key with dash", mutate: func(j *Job) { j.Options.Env = map[string]string{"A-B": "x"} }, wantField: "options.env"},
 		{name: "env key starting with digit", mutate: func(j *Job) { j.Options.Env = map[string]string{"1A": "x"} }, wantField: "options.env"},

@@ -137,3 +137,12 @@ func Retryable(err error) bool { return errors.Is(err, ErrUnavailable) }
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
+
+// CPUMeter is an optional ability of a Sandbox: the CPU time (user and
+// system) its running processes and what they started have used so far.
+// Callers compare two readings to learn whether anything in the sandbox
+// ran in between; the value may go down when a process exits. Errors:
+// ErrUnavailable when the provider cannot measure it here.
+type CPUMeter interface {
+	CPUTime() (time.Duration, error)
+}
