@@ -219,6 +219,7 @@ func (s *session) turn(n int, m userMsg) {
 			interrupted = true
 		}
 	}
+	interrupted = s.scriptedLines(d, interrupted)
 	subtype, isErr := "success", false
 	if interrupted {
 		subtype, isErr = "error_during_execution", true
@@ -293,4 +294,30 @@ func permissions(asked []string) string {
 		return ""
 	}
 	return "; permissions: " + strings.Join(asked, "; ")
+}
+
+// scriptedLines writes a turn's lines=N lines (delay=D apart), as a
+// one-shot run does, so that a warm agent (a session answering one turn)
+// runs the same directives; an interrupt ends them. It reports whether the
+// turn was interrupted.
+func (s *session) scriptedLines(d directives, interrupted bool) bool {
+	for i := 0; i < d.lines && !interrupted; i++ {
+		if d.delay > 0 {
+			select {
+			case <-time.After(d.delay):
+			case <-s.interrupts:
+				return true
+			}
+		}
+		s.emit(ordered{
+			{"type", "assistant"},
+			{"message", ordered{
+				{"id", "msg_standin_" + uuid()}, {"type", "message"}, {"role", "assistant"}, {"model", Model},
+				{"content", []any{ordered{{"type", "text"}, {"text", fmt.Sprintf("line %d", i+1)}}}},
+				{"stop_reason", nil}, {"stop_sequence", nil},
+			}},
+			{"parent_tool_use_id", nil}, {"session_id", s.sid}, {"uuid", uuid()},
+		})
+	}
+	return interrupted
 }
