@@ -85,7 +85,10 @@ func TestShippedClusterNodeConfig(t *testing.T) {
 // The compose files run NATS on the JWT config and the fleet's roles on
 // their creds files, with no passwords.
 func TestShippedComposeFiles(t *testing.T) {
-	for _, f := range []string{"../../docker-compose.yml", "../../deploy/nats/cluster/compose.yml"} {
+	// The main compose file mounts the auth directory into the dispatcher
+	// (its creds, and the keys that check tenant tokens); the cluster's
+	// mounts its creds alone.
+	for f, dispatcherCreds := range map[string]string{"../../docker-compose.yml": "/auth/dispatcher.creds", "../../deploy/nats/cluster/compose.yml": "/run/fleet/dispatcher.creds"} {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		require.NotContains(t, string(b), "PASSWORD", f)
@@ -96,7 +99,7 @@ func TestShippedComposeFiles(t *testing.T) {
 			} `yaml:"services"`
 		}
 		require.NoError(t, yaml.Unmarshal(b, &c), f)
-		require.Equal(t, "/run/fleet/dispatcher.creds", c.Services["dispatcher"].Environment["FLEET_NATS_CREDS"], f)
+		require.Equal(t, dispatcherCreds, c.Services["dispatcher"].Environment["FLEET_NATS_CREDS"], f)
 		require.Equal(t, "/run/fleet/worker.creds", c.Services["worker"].Environment["FLEET_NATS_CREDS"], f)
 		nats := 0
 		for name, s := range c.Services {
