@@ -111,3 +111,48 @@ func TestTraceOfAV1Submit(t *testing.T) {
 		require.Equal(t, root.SpanID, byName["fleet.admit"].ParentID)
 	}
 }
+
+// TestTraceOfAnAdmissionWait: a traced job held behind a full fleet has a
+// fleet.admit span in its trace saying why it waited.
+func TestTraceOfAnAdmissionWait(t *testing.T) {
+	t.Parallel()
+	rcv := tracingtest.New(t)
+	dtr, err := tracing.StartEndpoint(context.Background(), "fleet-dispatcher", rcv.URL, zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dtr.Shutdown(context.Background()) })
+	f := fleettest.New(t, fleettest.Opts{MaxConcurrency: 1, Tracing: dtr})
+	log := watchStatuses(t, f.NC, f.Names)
+	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
+	f.SubmitJSON("default", "busy", "/standin sleep=1h")
+	log.waitFor(t, "busy running", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "busy" && ev.State == protocol.StateRunning
+	})
+	const traceID, parentID = "6bf92f3577b34da6a3ce929d0e0e4738", "00f067aa0ba902b7"
+	ctx, ok := tracing.WithTraceparent(context.Background(), "00-"+traceID+"-"+parentID+"-01", "")
+	require.True(t, ok)
+	rep, err := f.Client.Submit(ctx, protocol.Job{ID: "waits", Tenant: "default", Prompt: "hello"})
+	require.NoError(t, err)
+	require.Nil(t, rep.Error)
+	log.waitFor(t, "waits held behind the full fleet", func(ev protocol.StatusEvent) bool {
+		return ev.ID == "waits" && ev.State == protocol.StateQueued && ev.Reason == protocol.ReasonFleetCap
+	})
+	sendCtl(t, f, "default", "busy", protocol.CtlOp{Op: protocol.OpCancel})
+	r := f.Follow("default", "waits", wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, traceID, r.Final.TraceID)
+
+	var admit tracingtest.Span
+	fleettest.Eventually(t, wait, func() bool {
+		require.NoError(t, dtr.ForceFlush(context.Background()))
+		for _, s := range rcv.Spans() {
+			if s.TraceID == traceID && s.Name == "fleet.admit" {
+				admit = s
+				return true
+			}
+		}
+		return false
+	}, "the admission's span")
+	require.Equal(t, parentID, admit.ParentID)
+	require.Equal(t, protocol.ReasonFleetCap, admit.Attrs["fleet.admission.reason"])
+	require.Equal(t, "default", admit.Attrs["fleet.tenant"])
+}
