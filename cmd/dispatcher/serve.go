@@ -30,6 +30,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
@@ -50,6 +51,18 @@ func serve(ctx context.Context, stop context.CancelFunc, args []string, stdio fl
 	}
 	config.ExitOnSecondSignal(ctx, stop, log)
 	s := &server{cfg: cfg, log: log}
+	if s.tracing, err = tracing.Start(ctx, "fleet-dispatcher", log); err != nil {
+		fmt.Fprintln(stdio.Err, "dispatcher serve:", err)
+		return fleetcli.ExitUsage
+	}
+	// Last: the services that make spans have stopped.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := s.tracing.Shutdown(sctx); err != nil {
+			log.Warn().Err(err).Uint64("dropped_spans", s.tracing.Dropped()).Msg("tracing: flushing spans at exit")
+		}
+	}()
 	defer s.close()
 	if code, err := s.build(ctx, stop); err != nil {
 		log.Error().Err(err).Msg("starting")
@@ -80,10 +93,11 @@ func parseServe(args []string, stdio fleetcli.IO) (cfg serveConfig, code int, ok
 // server is what `dispatcher serve` built: the connection, the stores and
 // the services it owns.
 type server struct {
-	cfg  serveConfig
-	log  zerolog.Logger
-	nc   *nats.Conn
-	lost func() error // the connection's loss, if it was lost for good
+	cfg     serveConfig
+	log     zerolog.Logger
+	nc      *nats.Conn
+	lost    func() error     // the connection's loss, if it was lost for good
+	tracing *tracing.Tracing // from OTEL_*
 
 	objects, status storage.Store
 	disp            *dispatcher.Service
@@ -118,7 +132,9 @@ func (s *server) build(ctx context.Context, stop context.CancelFunc) (int, error
 	if err != nil {
 		return 1, fmt.Errorf("opening --storage / --status-storage: %w", err)
 	}
-	if s.disp, err = dispatcher.New(c.dispatcher(nc, s.status, s.objects, &s.log)); err != nil {
+	dc := c.dispatcher(nc, s.status, s.objects, &s.log)
+	dc.Tracing = s.tracing
+	if s.disp, err = dispatcher.New(dc); err != nil {
 		return 1, fmt.Errorf("dispatcher: %w", err)
 	}
 	// The archiver completes finished queries' transcripts from the stream

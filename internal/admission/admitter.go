@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"
 )
@@ -57,6 +58,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger; nil is Nop.
 	Logger *zerolog.Logger
+	// Tracing makes a fleet.admit span per admitted job; nil is off.
+	Tracing *tracing.Tracing
 }
 
 func (c Config) withDefaults() Config {

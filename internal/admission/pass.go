@@ -242,6 +242,7 @@ func (tm *term) move(ctx context.Context, from, tenant, to string) (bool, error)
 	tm.storedSeq = max(tm.storedSeq, ack.Sequence) // our own copy is not news
 	tm.cursor[from] = raw.Sequence + 1
 	tm.moved[from] = true
+	tm.a.traceAdmit(raw.Header, tenant, raw.Time, tm.places.announced[raw.Sequence].reason)
 	tm.places.admitted(tenant, raw.Sequence)
 	tm.a.log.Debug().Str("tenant", tenant).Uint64("job_seq", raw.Sequence).Msg("admitted")
 	return true, nil

@@ -456,3 +456,36 @@ func TestRunPageShowsItsTrigger(t *testing.T) {
 	require.Contains(t, gh, "started by GitHub issue_comment")
 	require.NotContains(t, gh, `href="javascript:`)
 }
+
+// The run page shows a traced run's trace id, and nothing of the kind
+// for a run without one.
+func TestRunPageShowsItsTraceID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "s3cret")
+	f := b.f
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	f.PublishJob("default", []byte(`{"id":"traced","prompt":"p"}`), map[string]string{protocol.HeaderMsgID: "default.traced",
+		"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"})
+	f.PublishJob("default", []byte(`{"id":"untraced","prompt":"p"}`), nil)
+	for _, id := range []string{"traced", "untraced"} {
+		require.Equal(t, protocol.StateSucceeded, f.Follow("default", id, wait).Final.State)
+	}
+	page := func(id string) string {
+		var body string
+		fleettest.Eventually(t, wait, func() bool { // the status index lags the run's end
+			req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/q/default/"+id, nil)
+			req.Header.Set("Authorization", "Bearer s3cret")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			body = string(raw)
+			return resp.StatusCode == http.StatusOK && strings.Contains(body, "succeeded")
+		}, "the run page of "+id)
+		return body
+	}
+	require.Contains(t, page("traced"), `trace <code id="trace">`+traceID+`</code>`)
+	require.NotContains(t, page("untraced"), `id="trace"`)
+}

@@ -47,7 +47,9 @@ func (h *api) submit(ctx context.Context, job *protocol.Job) protocol.SubmitRepl
 	jm.Data = body
 	jm.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 	jm.Header.Set(protocol.HeaderMsgID, protocol.JobMsgID(job.Tenant, job.ID))
+	traceID, endSpan := h.traceJob(ctx, job, jm.Header)
 	ack, err := h.js.PublishMsg(ctx, jm)
+	endSpan(err)
 	if err != nil {
 		return protocol.SubmitReply{Error: apiError(protocol.CodeInternal, "publishing the job: "+err.Error())}
 	}
@@ -60,6 +62,7 @@ func (h *api) submit(ctx context.Context, job *protocol.Job) protocol.SubmitRepl
 		ev.Session = job.Session != nil
 		ev.Prompt = protocol.PromptPreview(job.Prompt)
 		ev.Trigger = job.Trigger
+		ev.TraceID = traceID
 		if err := h.publishJSON(ctx, n.QueryStatus(job.Tenant, job.ID), ev, ""); err != nil {
 			h.log.Warn().Err(err).Str("query_id", job.ID).Msg("publishing the queued status")
 		}

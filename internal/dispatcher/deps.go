@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -21,6 +22,7 @@ type queryDeps struct {
 	statusStore storage.Store
 	objects     storage.Store
 	log         zerolog.Logger
+	tracing     *tracing.Tracing // nil: off
 }
 
 // publishJSON publishes v as JSON on subject to the stream that holds it,

@@ -13,6 +13,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/schedule"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"
@@ -48,6 +49,9 @@ type Config struct {
 	// Admission configures the admitter; the service fills in its
 	// connection, names, logger and fleet cap (Provision.MaxConcurrency).
 	Admission admission.Config
+	// Tracing makes the dispatcher's spans (fleet.submit, and the
+	// admitter's fleet.admit); nil is off.
+	Tracing *tracing.Tracing
 }
 
 // part is one of the Service's parts: started in the order of
@@ -99,6 +103,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	ac := cfg.Admission
 	ac.JS, ac.NC, ac.Names, ac.Logger = js, cfg.NC, cfg.Provision.Names, cfg.Logger
+	if ac.Tracing == nil {
+		ac.Tracing = cfg.Tracing
+	}
 	pc := cfg.Provision.WithDefaults()
 	ac.Policy.FleetCap, ac.Replicas = pc.MaxConcurrency, pc.Replicas
 	adm, err := admission.New(ac)
@@ -121,7 +128,7 @@ func New(cfg Config) (*Service, error) {
 // no more requests, and the index writer ends last, after the batch it
 // holds.
 func (s *Service) build(fleetCap int) {
-	q := queryDeps{nc: s.cfg.NC, js: s.js, names: s.names, statusStore: s.cfg.Status, objects: s.cfg.Objects, log: s.log}
+	q := queryDeps{nc: s.cfg.NC, js: s.js, names: s.names, statusStore: s.cfg.Status, objects: s.cfg.Objects, log: s.log, tracing: s.cfg.Tracing}
 	s.sessions = newSessions(q, s.cfg.SessionTTL, s.cfg.SessionSweep)
 	s.index = newStatusIndex(q, s.sessions, s.adm)
 	end := &ender{queryDeps: q}

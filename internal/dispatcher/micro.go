@@ -52,7 +52,7 @@ func (e *endpoints) start(context.Context) error {
 		h             micro.HandlerFunc
 	}
 	eps := []ep{
-		{"submit", n.APISubmit(), serve(decodeSubmit, submitFailed, h.submit)},
+		{"submit", n.APISubmit(), serve(decodeTracedSubmit, submitFailed, h.submitTraced)},
 		{"cancel", n.APICancel(), serve(decodeRefRequest, apiFailed, h.cancel)},
 		{"status", n.APIStatus(), serve(decodeRefRequest, apiFailed, h.status)},
 		{"list", n.APIList(), serve(decodeListRequest, apiFailed, h.list)},

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
@@ -65,7 +66,16 @@ func (c *Client) request(ctx context.Context, subject string, req, resp any) err
 	if err != nil {
 		return err
 	}
-	m, err := c.NC.RequestWithContext(ctx, subject, b)
+	rm := nats.NewMsg(subject)
+	rm.Data = b
+	// The caller's trace context (a producer's traceparent), for submit.
+	if tp, ts := tracing.Inject(ctx); tp != "" {
+		rm.Header.Set(tracing.HeaderTraceparent, tp)
+		if ts != "" {
+			rm.Header.Set(tracing.HeaderTracestate, ts)
+		}
+	}
+	m, err := c.NC.RequestMsgWithContext(ctx, rm)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("%w: %s: %w", ErrUnavailable, subject, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/standin"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"
@@ -101,6 +102,8 @@ type Opts struct {
 	// of a file store in the test's directory (e.g. "nats://"), opened as
 	// `dispatcher serve` opens --storage, with Replicas.
 	StorageURL string
+	// Tracing makes the dispatcher's spans; nil is off.
+	Tracing *tracing.Tracing
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -184,7 +187,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	f.dispCfg = dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
-		Admission: o.Admission,
+		Admission: o.Admission, Tracing: o.Tracing,
 	}
 	f.Disp, err = dispatcher.New(f.dispCfg)
 	require.NoError(t, err)

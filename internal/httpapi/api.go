@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
+	"github.com/agentfleet/agentfleet/internal/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 )
@@ -151,7 +152,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(a.traceContext(r, job), requestTimeout)
 	defer cancel()
 	// The job as decoded into the fleet's own type, re-encoded by the
 	// client: never the caller's bytes.
@@ -335,4 +336,19 @@ func decodeBody[T any](r *http.Request, decode func([]byte) (T, error)) (T, erro
 		return zero, err
 	}
 	return decode(b)
+}
+
+// traceContext is r's context carrying the producer's W3C traceparent
+// (and tracestate) header, passed on to the job; a malformed one is
+// ignored.
+func (a *API) traceContext(r *http.Request, job protocol.Job) context.Context {
+	tp := r.Header.Get(tracing.HeaderTraceparent)
+	if tp == "" {
+		return r.Context()
+	}
+	ctx, ok := tracing.WithTraceparent(r.Context(), tp, r.Header.Get(tracing.HeaderTracestate))
+	if !ok {
+		a.log.Debug().Str("tenant", job.Tenant).Str("query_id", job.ID).Msg("the request's traceparent is malformed; ignored")
+	}
+	return ctx
 }
