@@ -24,6 +24,9 @@ func decodeJob(contentType string, data []byte) (*protocol.Job, *protocol.ErrorI
 		}
 		err = job.Validate("", false)
 	}
+	if err == nil {
+		err = protocol.RefuseToken(job)
+	}
 	if err != nil {
 		return nil, apiError(protocol.CodeInvalidJob, err.Error())
 	}
