@@ -118,7 +118,14 @@ func (s *server) build(ctx context.Context, stop context.CancelFunc) (int, error
 	if err != nil {
 		return 1, fmt.Errorf("opening --storage / --status-storage: %w", err)
 	}
-	if s.disp, err = dispatcher.New(c.dispatcher(nc, s.status, s.objects, &s.log)); err != nil {
+	dc := c.dispatcher(nc, s.status, s.objects, &s.log)
+	if dc.GitHub, err = c.githubApp(); err != nil {
+		return 1, err
+	}
+	if dc.PublicURL == "" && c.httpAddr != "" {
+		dc.PublicURL = "http://" + c.httpAddr
+	}
+	if s.disp, err = dispatcher.New(dc); err != nil {
 		return 1, fmt.Errorf("dispatcher: %w", err)
 	}
 	// The archiver completes finished queries' transcripts from the stream

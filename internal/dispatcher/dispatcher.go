@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/admission"
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/schedule"
 	"github.com/agentfleet/agentfleet/internal/startstop"
@@ -48,6 +49,11 @@ type Config struct {
 	// Admission configures the admitter; the service fills in its
 	// connection, names, logger and fleet cap (Provision.MaxConcurrency).
 	Admission admission.Config
+	// GitHub is the GitHub App whose webhooks start jobs (POST /v1/github)
+	// and which reports back on them; nil = none.
+	GitHub *github.App
+	// PublicURL is the dashboard's base URL, linked from GitHub comments.
+	PublicURL string
 }
 
 // part is one of the Service's parts: started in the order of
@@ -132,6 +138,7 @@ func (s *Service) build(fleetCap int) {
 	}
 	s.api.scheduleStore = schedule.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
 	s.api.triggers = trigger.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
+	s.api.githubRules = github.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
 	s.sched = &schedules{store: s.api.scheduleStore, firer: schedule.NewFirer(s.js, s.names, s.api.submitFired, s.log)}
 	s.micro = &endpoints{nc: s.cfg.NC, names: s.names, api: s.api}
 	s.tenants = &tenantAPI{nc: s.cfg.NC, names: s.names, api: s.api, log: s.log}
@@ -143,6 +150,7 @@ func (s *Service) build(fleetCap int) {
 		{"tenant api", s.tenants.start, s.tenants.stop},
 		{"schedules", s.sched.start, s.sched.stop},
 		{"triggers", s.api.triggers.Ensure, func(context.Context) error { return nil }},
+		{"github rules", s.api.githubRules.Ensure, func(context.Context) error { return nil }},
 		// The admitter stays last: a stopped admitter does not start
 		// again, so no part that can fail to start may follow it.
 		{"admitter", s.adm.Start, s.adm.Stop},

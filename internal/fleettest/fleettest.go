@@ -26,6 +26,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
@@ -101,6 +102,9 @@ type Opts struct {
 	// of a file store in the test's directory (e.g. "nats://"), opened as
 	// `dispatcher serve` opens --storage, with Replicas.
 	StorageURL string
+	// GitHub and PublicURL configure the dispatcher's GitHub App.
+	GitHub    *github.App
+	PublicURL string
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -184,7 +188,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	f.dispCfg = dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
-		Admission: o.Admission,
+		Admission: o.Admission, GitHub: o.GitHub, PublicURL: o.PublicURL,
 	}
 	f.Disp, err = dispatcher.New(f.dispCfg)
 	require.NoError(t, err)
