@@ -54,6 +54,9 @@ type Config struct {
 	GitHub *github.App
 	// PublicURL is the dashboard's base URL, linked from GitHub comments.
 	PublicURL string
+	// GitHubBackoff are the waits before retries of a report GitHub did
+	// not take; nil = github.DefaultBackoff.
+	GitHubBackoff []time.Duration
 }
 
 // part is one of the Service's parts: started in the order of
@@ -151,6 +154,7 @@ func (s *Service) build(fleetCap int) {
 		{"schedules", s.sched.start, s.sched.stop},
 		{"triggers", s.api.triggers.Ensure, func(context.Context) error { return nil }},
 		{"github rules", s.api.githubRules.Ensure, func(context.Context) error { return nil }},
+		s.githubReporter(),
 		// The admitter stays last: a stopped admitter does not start
 		// again, so no part that can fail to start may follow it.
 		{"admitter", s.adm.Start, s.adm.Stop},
@@ -203,4 +207,16 @@ func (s *Service) halt(ctx context.Context) error {
 	}
 	s.started = nil
 	return errors.Join(errs...)
+}
+
+// githubReporter is the part that reports GitHub-started jobs back to
+// GitHub; a part that does nothing without a GitHub App.
+func (s *Service) githubReporter() part {
+	if s.cfg.GitHub == nil {
+		nop := func(context.Context) error { return nil }
+		return part{"github reporter", nop, nop}
+	}
+	r := &github.Reporter{App: s.cfg.GitHub, Rules: s.api.githubRules, JS: s.js, Names: s.names,
+		PublicURL: s.cfg.PublicURL, Log: s.log, Backoff: s.cfg.GitHubBackoff}
+	return part{"github reporter", r.Start, r.Stop}
 }

@@ -72,7 +72,10 @@ func (g *fakeGitHub) serve(w http.ResponseWriter, r *http.Request) {
 	g.calls = append(g.calls, c)
 	fail := g.fail5xx
 	g.mu.Unlock()
-	g.notify <- c
+	select {
+	case g.notify <- c:
+	default:
+	}
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/app/installations/"):
@@ -189,13 +192,13 @@ func githubRequest(t *testing.T, f *fleettest.Fleet, req github.Request) github.
 // githubFleet is a fleet with a GitHub App on a fake GitHub, a worker, and
 // acme/widgets served over smart HTTP where the App's installation token
 // is the password.
-func githubFleet(t *testing.T, token string) (*fleettest.Fleet, *fakeGitHub, *workspacetest.Repo, string, string) {
+func githubFleet(t *testing.T, token string, backoff ...time.Duration) (*fleettest.Fleet, *fakeGitHub, *workspacetest.Repo, string, string) {
 	t.Helper()
 	const secret = "hook-secret"
 	g := newFakeGitHub(t, 1234, token)
 	app, err := github.NewApp(github.AppConfig{ID: 1234, PrivateKey: g.pem(), WebhookSecret: secret, APIURL: g.srv.URL + "/"})
 	require.NoError(t, err)
-	f := fleettest.New(t, fleettest.Opts{GitHub: app, PublicURL: "https://fleet.example"})
+	f := fleettest.New(t, fleettest.Opts{GitHub: app, PublicURL: "https://fleet.example", GitHubBackoff: backoff})
 	fleettest.WaitReady(t, f.StartWorker(fleettest.WorkerOpts{Slots: 1}).W)
 	tmp := t.TempDir()
 	repo := workspacetest.NewRepo(t, tmp)
@@ -242,9 +245,6 @@ func TestGitHubCommentStartsAWorkspaceRun(t *testing.T) {
 	st, _ := json.Marshal(r.Statuses)
 	require.NotContains(t, string(st), token)
 
-	mints := g.callsTo(http.MethodPost, "/app/installations/")
-	require.Len(t, mints, 1)
-	require.Equal(t, []any{"widgets"}, mints[0].Body["repositories"], "the token is scoped to the repository")
 
 	// A redelivery: the same job, no new token.
 	code, out = postGitHub(t, url, "hook-secret", "issue_comment", "d-1", issueComment(cloneURL, "@fleetbot please fix", "carol", "User", false))
@@ -281,5 +281,61 @@ func TestGitHubCommentStartsAWorkspaceRun(t *testing.T) {
 		return err == nil && len(lr.Queries) > 0
 	}, "acme's job in the list")
 	require.Len(t, lr.Queries, 1, "nothing but the one job was queued")
-	require.Len(t, g.callsTo(http.MethodPost, "/app/installations/42/"), 1, "no token for refused deliveries")
+	// Reported back: a link at the start, a draft pull request of the
+	// pushed branch, and the outcome.
+	fleettest.Eventually(t, wait, func() bool { return len(g.callsTo(http.MethodPost, "/repos/acme/widgets/issues/7/comments")) == 2 }, "two comments")
+	comments := g.callsTo(http.MethodPost, "/repos/acme/widgets/issues/7/comments")
+	require.Contains(t, comments[0].Body["body"], "https://fleet.example/q/acme/"+id)
+	prs := g.callsTo(http.MethodPost, "/repos/acme/widgets/pulls")
+	require.Len(t, prs, 1)
+	require.Equal(t, true, prs[0].Body["draft"])
+	require.Equal(t, "agentfleet/"+id, prs[0].Body["head"])
+	require.Equal(t, "main", prs[0].Body["base"])
+	end := comments[1].Body["body"].(string)
+	for _, want := range []string{"succeeded", "**Files changed:** 1", "**Cost:** $", "https://github.example/acme/widgets/pull/10"} {
+		require.Contains(t, end, want)
+	}
+	require.Equal(t, "Bearer "+token, comments[1].Auth, "reports use an installation token")
+	// One token for the job, one per report (start, end); none for the
+	// refused deliveries nor the redelivery; each scoped to the
+	// repository and asked for with a JWT the fake verified.
+	mints := g.callsTo(http.MethodPost, "/app/installations/42/")
+	require.Len(t, mints, 3)
+	for _, m := range mints {
+		require.Equal(t, []any{"widgets"}, m.Body["repositories"], "the token is scoped to the repository")
+		require.NoError(t, g.checkJWT(m.Auth))
+	}
+}
+
+// TestGitHubReportFailureIsVisible: GitHub answering 5xx to the reports
+// is retried, then kept on the repository's rule (tenant github ls); the
+// job's own outcome is unaffected. A comment on a pull request works on
+// the pull request's branch and pushes back to it.
+func TestGitHubReportFailureIsVisible(t *testing.T) {
+	t.Parallel()
+	const token = "ghs_other7oken"
+	f, g, repo, url, cloneURL := githubFleet(t, token, 10*time.Millisecond)
+	rep := githubRequest(t, f, github.Request{Action: "add", Tenant: "acme", Repo: "acme/widgets", Rule: &github.Rule{
+		Handle: "fleetbot", PromptTemplate: "/standin append=pr.txt commit=on_pr",
+	}})
+	require.Nil(t, rep.Error)
+	code, out := postGitHub(t, url, "hook-secret", "issue_comment", "d-pr", issueComment(cloneURL, "@fleetbot fix it", "carol", "User", true))
+	require.Equal(t, http.StatusAccepted, code, "%v", out)
+	g.mu.Lock()
+	g.fail5xx = true
+	g.mu.Unlock()
+	id := out["id"].(string)
+	r := f.Follow("acme", id, wait)
+	require.Equal(t, protocol.StateSucceeded, r.Final.State)
+	require.Equal(t, "feature", r.Final.Workspace.Branch)
+	require.Equal(t, r.Final.Workspace.EndSHA, workspacetest.Git(t, repo.Bare, "rev-parse", "refs/heads/feature"), "pushed back to the pull request's branch")
+	fleettest.Eventually(t, wait, func() bool {
+		rep = githubRequest(t, f, github.Request{Action: "ls", Tenant: "acme"})
+		return len(rep.Rules) == 1 && rep.Rules[0].LastError != ""
+	}, "the report failure on the rule")
+	require.Contains(t, rep.Rules[0].LastError, "502")
+	require.Empty(t, g.callsTo(http.MethodPost, "/repos/acme/widgets/pulls"), "no pull request for a pull request's own branch")
+	st, err := f.Client.Status(t.Context(), protocol.QueryRef{Tenant: "acme", ID: id})
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateSucceeded, st.Status.State, "the job's outcome is its own")
 }

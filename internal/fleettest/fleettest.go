@@ -103,8 +103,9 @@ type Opts struct {
 	// `dispatcher serve` opens --storage, with Replicas.
 	StorageURL string
 	// GitHub and PublicURL configure the dispatcher's GitHub App.
-	GitHub    *github.App
-	PublicURL string
+	GitHub        *github.App
+	PublicURL     string
+	GitHubBackoff []time.Duration
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -188,7 +189,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	f.dispCfg = dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
-		Admission: o.Admission, GitHub: o.GitHub, PublicURL: o.PublicURL,
+		Admission: o.Admission, GitHub: o.GitHub, PublicURL: o.PublicURL, GitHubBackoff: o.GitHubBackoff,
 	}
 	f.Disp, err = dispatcher.New(f.dispCfg)
 	require.NoError(t, err)
