@@ -245,7 +245,6 @@ func TestGitHubCommentStartsAWorkspaceRun(t *testing.T) {
 	st, _ := json.Marshal(r.Statuses)
 	require.NotContains(t, string(st), token)
 
-
 	// A redelivery: the same job, no new token.
 	code, out = postGitHub(t, url, "hook-secret", "issue_comment", "d-1", issueComment(cloneURL, "@fleetbot please fix", "carol", "User", false))
 	require.Equal(t, http.StatusAccepted, code)

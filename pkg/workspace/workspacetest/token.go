@@ -62,4 +62,3 @@ func (s *suite) testJobToken(t *testing.T) {
 		}
 	}
 }
-
