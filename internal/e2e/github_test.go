@@ -14,6 +14,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -337,4 +339,30 @@ func TestGitHubReportFailureIsVisible(t *testing.T) {
 	st, err := f.Client.Status(t.Context(), protocol.QueryRef{Tenant: "acme", ID: id})
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateSucceeded, st.Status.State, "the job's outcome is its own")
+}
+
+// TestGitHubRuleCLI: tenant github add checks the rule (a bad template is
+// refused, naming it), ls lists it, rm removes it.
+func TestGitHubRuleCLI(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t, fleettest.Opts{})
+	url := f.Srv.ClientURL()
+	bad := filepath.Join(t.TempDir(), "bad.tmpl")
+	require.NoError(t, os.WriteFile(bad, []byte("Fix {{ .Nope }}"), 0o600))
+	code, _, errOut := runCLI(t, url, "", "tenant", "github", "add", "acme", "--repo", "acme/widgets", "--handle", "fleetbot", "--prompt-template", bad)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "prompt template")
+	code, _, errOut = runCLI(t, url, "", "tenant", "github", "add", "acme", "--repo", "acme/widgets", "--handle", "fleetbot", "--label", "agent", "--assign")
+	require.Equal(t, 0, code, errOut)
+	code, _, _ = runCLI(t, url, "", "tenant", "github", "add", "other", "--repo", "ACME/widgets", "--label", "x")
+	require.NotEqual(t, 0, code, "one rule per repository")
+	code, out, errOut := runCLI(t, url, "", "tenant", "github", "ls")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "acme/widgets")
+	require.Contains(t, out, "fleetbot")
+	code, _, errOut = runCLI(t, url, "", "tenant", "github", "rm", "acme", "--repo", "acme/widgets")
+	require.Equal(t, 0, code, errOut)
+	code, out, _ = runCLI(t, url, "", "tenant", "github", "ls", "acme")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "acme/widgets")
 }
