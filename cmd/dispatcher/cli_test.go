@@ -116,6 +116,13 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"serve", "--max-deliver", "0"},
 		{"serve", "--admitter-lease", "0s"},
 		{"serve", "--rate-limit-pause", "-1s"},
+		{"serve", "--github-app-id", "5"},
+		{"serve", "--github-app-id", "5", "--github-private-key", "/nonexistent.pem", "--github-webhook-secret", "s"},
+		{"serve", "--github-webhook-secret", "s"},
+		{"serve", "--github-app-id", "5", "--github-private-key", "/dev/null", "--github-webhook-secret", "s"},
+		{"tenant", "github", "add", "acme"},
+		{"tenant", "github", "add", "acme", "--repo", "not-a-repo"},
+		{"tenant", "github", "ls", "--handle", "x"},
 	} {
 		code, _, errOut := run(t, nowhere, args...)
 		require.Equal(t, fleetcli.ExitUsage, code, "%v: %s", args, errOut)

@@ -11,6 +11,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/webhook"
@@ -31,6 +32,9 @@ type serveConfig struct {
 	ackWait, maxAge, sessionTTL   time.Duration
 	leaseTTL, rateLimitPause      time.Duration
 	tenantDefaults                admission.Settings
+	githubAppID                   int64
+	githubKey, githubSecret       string
+	githubAPI, publicURL          string
 }
 
 // flags is the flag table of `dispatcher serve`.
@@ -53,6 +57,11 @@ func (c *serveConfig) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.tenantDefaults.MaxRunning, "tenant-max-running", 0, "runs at once of a tenant without settings; 0 = only the fleet's cap (env FLEET_TENANT_MAX_RUNNING)")
 	fs.Float64Var(&c.tenantDefaults.Weight, "tenant-weight", 1, "fair-share weight of a tenant without settings (env FLEET_TENANT_WEIGHT)")
 	fs.DurationVar(&c.leaseTTL, "admitter-lease", 5*time.Second, "the admitter's leadership lease; a standby dispatcher takes over about this long after the admitting one dies (env FLEET_ADMITTER_LEASE)")
+	fs.Int64Var(&c.githubAppID, "github-app-id", 0, "the GitHub App whose webhooks (POST /v1/github) start jobs; 0 = none (env FLEET_GITHUB_APP_ID)")
+	fs.StringVar(&c.githubKey, "github-private-key", "", "the GitHub App's private key, a PEM file (RS256) (env FLEET_GITHUB_PRIVATE_KEY)")
+	fs.StringVar(&c.githubSecret, "github-webhook-secret", "", "the GitHub App's webhook secret (env FLEET_GITHUB_WEBHOOK_SECRET)")
+	fs.StringVar(&c.githubAPI, "github-api-url", github.DefaultAPIURL, "GitHub's REST API (GitHub Enterprise: https://HOST/api/v3/) (env FLEET_GITHUB_API_URL)")
+	fs.StringVar(&c.publicURL, "public-url", "", "the dashboard's public base URL, linked from GitHub comments; default http://<--http> (env FLEET_PUBLIC_URL)")
 	fs.DurationVar(&c.rateLimitPause, "rate-limit-pause", time.Minute, "how long a tenant pauses after an API 429 with no reset time (env FLEET_RATE_LIMIT_PAUSE)")
 }
 
@@ -78,7 +87,29 @@ func (c serveConfig) validate() error {
 	case c.rateLimitPause <= 0:
 		return fmt.Errorf("--rate-limit-pause %s: must be positive", c.rateLimitPause)
 	}
+	if _, err := c.githubApp(); err != nil {
+		return err
+	}
 	return c.hooks.Check()
+}
+
+// githubApp is the GitHub App of the --github-* flags, nil without
+// --github-app-id.
+func (c serveConfig) githubApp() (*github.App, error) {
+	if c.githubAppID == 0 {
+		if c.githubKey != "" || c.githubSecret != "" {
+			return nil, fmt.Errorf("--github-private-key and --github-webhook-secret need --github-app-id")
+		}
+		return nil, nil
+	}
+	if c.githubKey == "" {
+		return nil, fmt.Errorf("--github-private-key: required with --github-app-id")
+	}
+	key, err := github.LoadKey(c.githubKey)
+	if err != nil {
+		return nil, err
+	}
+	return github.NewApp(github.AppConfig{ID: c.githubAppID, PrivateKey: key, WebhookSecret: c.githubSecret, APIURL: c.githubAPI})
 }
 
 // dispatcher is the dispatcher's configuration.
@@ -88,5 +119,6 @@ func (c serveConfig) dispatcher(nc *nats.Conn, status, objects storage.Store, lo
 		Provision: provision.Config{Names: protocol.NewNames(c.common.Prefix), MaxConcurrency: c.maxConc, AckWait: c.ackWait,
 			MaxDeliver: c.maxDeliver, QueriesMaxAge: c.maxAge, Replicas: c.replicas},
 		Admission: admission.Config{Policy: admission.Policy{Defaults: c.tenantDefaults}, LeaseTTL: c.leaseTTL, RateLimitPause: c.rateLimitPause},
+		PublicURL: c.publicURL,
 	}
 }

@@ -134,6 +134,12 @@ func (s *server) build(ctx context.Context, stop context.CancelFunc) (int, error
 	}
 	dc := c.dispatcher(nc, s.status, s.objects, &s.log)
 	dc.Tracing = s.tracing
+	if dc.GitHub, err = c.githubApp(); err != nil {
+		return 1, err
+	}
+	if dc.PublicURL == "" && c.httpAddr != "" {
+		dc.PublicURL = "http://" + c.httpAddr
+	}
 	if s.disp, err = dispatcher.New(dc); err != nil {
 		return 1, fmt.Errorf("dispatcher: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/schedule"
 	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
@@ -34,6 +35,7 @@ type api struct {
 
 	scheduleStore *schedule.Store
 	triggers      *trigger.Store
+	githubRules   *github.Store
 }
 
 // submit queues job (valid, with its id) on <prefix>.jobs.<tenant>.

@@ -27,6 +27,9 @@ func decodeJob(contentType string, data []byte) (*protocol.Job, *protocol.ErrorI
 	if err == nil && job.Trigger != nil {
 		return nil, apiError(protocol.CodeInvalidJob, "trigger: set by the fleet on the jobs it starts (schedules, triggers); a submission may not name one")
 	}
+	if err == nil {
+		err = protocol.RefuseToken(job)
+	}
 	if err != nil {
 		return nil, apiError(protocol.CodeInvalidJob, err.Error())
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/admission"
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/schedule"
 	"github.com/agentfleet/agentfleet/internal/tracing"
@@ -52,6 +53,14 @@ type Config struct {
 	// Tracing makes the dispatcher's spans (fleet.submit, and the
 	// admitter's fleet.admit); nil is off.
 	Tracing *tracing.Tracing
+	// GitHub is the GitHub App whose webhooks start jobs (POST /v1/github)
+	// and which reports back on them; nil = none.
+	GitHub *github.App
+	// PublicURL is the dashboard's base URL, linked from GitHub comments.
+	PublicURL string
+	// GitHubBackoff are the waits before retries of a report GitHub did
+	// not take; nil = github.DefaultBackoff.
+	GitHubBackoff []time.Duration
 }
 
 // part is one of the Service's parts: started in the order of
@@ -138,6 +147,7 @@ func (s *Service) build(fleetCap int) {
 	s.api = &api{queryDeps: q, index: s.index, sessions: s.sessions, dead: s.dead, queued: queued}
 	s.api.scheduleStore = schedule.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
 	s.api.triggers = trigger.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
+	s.api.githubRules = github.NewStore(s.js, s.names, s.cfg.Provision.WithDefaults().Replicas)
 	s.sched = &schedules{store: s.api.scheduleStore, firer: schedule.NewFirer(s.js, s.names, s.api.submitFired, s.log)}
 	s.micro = &endpoints{nc: s.cfg.NC, names: s.names, api: s.api}
 	s.tenants = &tenantAPI{nc: s.cfg.NC, names: s.names, api: s.api, log: s.log}
@@ -149,6 +159,8 @@ func (s *Service) build(fleetCap int) {
 		{"tenant api", s.tenants.start, s.tenants.stop},
 		{"schedules", s.sched.start, s.sched.stop},
 		{"triggers", s.api.triggers.Ensure, func(context.Context) error { return nil }},
+		{"github rules", s.api.githubRules.Ensure, func(context.Context) error { return nil }},
+		s.githubReporter(),
 		// The admitter stays last: a stopped admitter does not start
 		// again, so no part that can fail to start may follow it.
 		{"admitter", s.adm.Start, s.adm.Stop},
@@ -201,4 +213,16 @@ func (s *Service) halt(ctx context.Context) error {
 	}
 	s.started = nil
 	return errors.Join(errs...)
+}
+
+// githubReporter is the part that reports GitHub-started jobs back to
+// GitHub; a part that does nothing without a GitHub App.
+func (s *Service) githubReporter() part {
+	if s.cfg.GitHub == nil {
+		nop := func(context.Context) error { return nil }
+		return part{"github reporter", nop, nop}
+	}
+	r := &github.Reporter{App: s.cfg.GitHub, Rules: s.api.githubRules, JS: s.js, Names: s.names,
+		PublicURL: s.cfg.PublicURL, Log: s.log, Backoff: s.cfg.GitHubBackoff}
+	return part{"github reporter", r.Start, r.Stop}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentfleet/agentfleet/internal/buildinfo"
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
@@ -58,6 +59,7 @@ func (e *endpoints) start(context.Context) error {
 		{"list", n.APIList(), serve(decodeListRequest, apiFailed, h.list)},
 		{"schedule", n.APISchedule(), serve(decodeScheduleRequest, scheduleFailed, h.schedule)},
 		{"trigger", trigger.Subject(n), serve(decodeTriggerRequest, triggerFailed, h.trigger)},
+		{"github", github.Subject(n), serve(decodeGitHubRequest, githubFailed, h.github)},
 	}
 	for _, op := range sessionOps {
 		eps = append(eps, ep{op, n.APISessionOp(op), serve(decodeOpRequest(op), apiFailed, h.sessionOp)})

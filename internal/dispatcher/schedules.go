@@ -163,6 +163,9 @@ func decodeSchedule(data []byte) (protocol.ScheduleRequest, *protocol.ErrorInfo)
 	if err := probe.Validate("", true); err != nil {
 		return req, apiError(protocol.CodeInvalidJob, "job: "+err.Error())
 	}
+	if err := protocol.RefuseToken(&probe); err != nil {
+		return req, apiError(protocol.CodeInvalidJob, "job: "+err.Error())
+	}
 	req.Job = &job
 	return req, nil
 }

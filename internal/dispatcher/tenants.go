@@ -52,6 +52,7 @@ func (t *tenantAPI) start(context.Context) error {
 		"list":     serve(scoped(t, "list", decodeListRequest), apiFailed, h.list),
 		"schedule": serve(scoped(t, "schedule", decodeScheduleRequest), scheduleFailed, h.schedule),
 		"trigger":  serve(scoped(t, "trigger", decodeTriggerRequest), triggerFailed, h.trigger),
+		"github":   serve(scoped(t, "github", decodeGitHubRequest), githubFailed, h.github),
 	}
 	for _, op := range sessionOps {
 		handlers[op] = serve(scoped(t, op, decodeOpRequest(op)), apiFailed, h.sessionOp)

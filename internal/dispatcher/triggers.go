@@ -107,11 +107,13 @@ func (s inboundSubmitter) Exists(ctx context.Context, tenant, id string) bool {
 }
 
 // Inbound wraps next (the HTTP API and dashboard) to serve signed inbound
-// webhooks on POST /v1/triggers/{tenant}/{name} first; they carry their
-// own signature, not a bearer token.
+// webhooks on POST /v1/triggers/{tenant}/{name} and a GitHub App's on
+// POST /v1/github first; they carry their own signature, not a bearer
+// token.
 func (s *Service) Inbound(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/triggers/{tenant}/{name}", &trigger.Handler{Store: s.api.triggers, Submit: inboundSubmitter{s.api}, Log: s.log})
+	mux.Handle("/v1/github", s.githubHandler())
 	mux.Handle("/", next)
 	return mux
 }

@@ -23,11 +23,12 @@ type tenantCmd struct {
 	changed     func(string) bool
 	wh          webhookCmd
 	trig        triggerCmd
+	gh          githubCmd
 }
 
 func (c *tenantCmd) Help() Help {
 	return Help{
-		Name: "tenant", Args: "set|get|ls|rm|resume|webhook|trigger [<tenant>]",
+		Name: "tenant", Args: "set|get|ls|rm|resume|webhook|trigger|github [<tenant>]",
 		Summary: "admission settings of tenants: runs at once, fair-share weight, budget",
 		Description: `Settings live in the KV bucket FLEET_TENANTS; a tenant without settings
 gets the dispatcher's --tenant-max-running and --tenant-weight. set changes
@@ -36,7 +37,7 @@ dispatcher's NATS credentials (and --inbox-prefix _INBOX_dispatcher with the
 shipped deploy/nats config): producers must not set their own caps.
 get also shows what holds the tenant back now: its spend in the current
 budget window, and a rate-limit pause with its end; resume ends a pause
-at once (when a reset time was wrong, or the limit was lifted).` + webhookHelp + triggerHelp,
+at once (when a reset time was wrong, or the limit was lifted).` + webhookHelp + triggerHelp + githubHelp,
 		Examples: `dispatcher tenant set acme --max-running 4 --weight 3
 dispatcher tenant set acme --budget-usd 50 --budget-window 24h
 dispatcher tenant get acme
@@ -54,6 +55,7 @@ func (c *tenantCmd) Flags(fs *pflag.FlagSet) {
 	c.changed = fs.Changed
 	c.wh.flags(fs)
 	c.trig.flags(fs)
+	c.gh.flags(fs)
 }
 
 func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
@@ -63,6 +65,9 @@ func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
 	}
 	if c.sub == "trigger" {
 		return c.trig.validate(fs)
+	}
+	if c.sub == "github" {
+		return c.gh.validate(fs)
 	}
 	want := 2
 	switch c.sub {
@@ -90,11 +95,8 @@ func (c *tenantCmd) Validate(fs *pflag.FlagSet) error {
 }
 
 func (c *tenantCmd) Run(ctx context.Context, e *Env) int {
-	if c.wh.active {
-		return c.wh.run(ctx, e)
-	}
-	if c.trig.active {
-		return c.trig.run(ctx, e)
+	if code, ok := c.runSub(ctx, e); ok {
+		return code
 	}
 	cl, code := e.Client()
 	if cl == nil {
@@ -239,4 +241,17 @@ func printSettings(e *Env, all map[string]admission.Settings, names []string) {
 			or(time.Duration(s.BudgetWindow).String(), "-", s.BudgetWindow > 0))
 	}
 	_ = tw.Flush()
+}
+
+// runSub runs the webhook, trigger or github subcommand, if one was given.
+func (c *tenantCmd) runSub(ctx context.Context, e *Env) (int, bool) {
+	switch {
+	case c.wh.active:
+		return c.wh.run(ctx, e), true
+	case c.trig.active:
+		return c.trig.run(ctx, e), true
+	case c.gh.active:
+		return c.gh.run(ctx, e), true
+	}
+	return 0, false
 }

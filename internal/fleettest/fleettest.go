@@ -26,6 +26,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/archiver"
 	"github.com/agentfleet/agentfleet/internal/dispatcher"
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
+	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
@@ -104,6 +105,10 @@ type Opts struct {
 	StorageURL string
 	// Tracing makes the dispatcher's spans; nil is off.
 	Tracing *tracing.Tracing
+	// GitHub and PublicURL configure the dispatcher's GitHub App.
+	GitHub        *github.App
+	PublicURL     string
+	GitHubBackoff []time.Duration
 }
 
 // Fleet is one embedded JetStream server with the dispatcher service and
@@ -187,7 +192,7 @@ func New(t testing.TB, o Opts) *Fleet {
 	f.dispCfg = dispatcher.Config{
 		NC: nc, Status: status, Objects: objects, Logger: &f.Logger, SessionTTL: o.SessionTTL, SessionSweep: o.SessionSweep,
 		Provision: provision.Config{Names: f.Names, MaxConcurrency: o.MaxConcurrency, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, DedupeWindow: o.DedupeWindow, Storage: jetstream.FileStorage, Replicas: o.Replicas},
-		Admission: o.Admission, Tracing: o.Tracing,
+		Admission: o.Admission, Tracing: o.Tracing, GitHub: o.GitHub, PublicURL: o.PublicURL, GitHubBackoff: o.GitHubBackoff,
 	}
 	f.Disp, err = dispatcher.New(f.dispCfg)
 	require.NoError(t, err)

@@ -60,7 +60,7 @@ func fleetAccount(pub, prefix string) *jwt.AccountClaims {
 // (and others'), whose pulls tenants are denied by name: a pull on a
 // consumer works by name alone. A test lists the durables a running fleet
 // has and fails on one missing here.
-var FleetDurables = []string{"dispatcher-status", "dispatcher-sessions", "dispatcher-dlq", "dispatcher-spend", "dispatcher-schedules", "archiver", "workers", "webhooks"}
+var FleetDurables = []string{"dispatcher-status", "dispatcher-sessions", "dispatcher-dlq", "dispatcher-spend", "dispatcher-schedules", "dispatcher-github", "archiver", "workers", "webhooks"}
 
 // tenantAccount is tenant t's account: no JetStream of its own, and only
 // its slice of FLEET imported. Its JetStream API ($JS.FLEET.API.…) reaches the

@@ -197,6 +197,9 @@ func Render(tmpl json.RawMessage, tenant string, fields map[string]any) (*protoc
 	if err := probe.Validate("", true); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
 	}
+	if err := protocol.RefuseToken(&probe); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
+	}
 	return &job, nil
 }
 

@@ -45,6 +45,22 @@ type Workspace struct {
 	Branch string `json:"branch,omitempty" msgpack:"branch,omitempty"`
 	// Push pushes Branch to Repo when the run ends.
 	Push bool `json:"push,omitempty" msgpack:"push,omitempty"`
+	// Token is a short-lived credential the fleet itself minted for Repo
+	// (a GitHub App's installation token): the worker sends it as the
+	// password of user x-access-token to Repo's host, for this job's
+	// fetch and push only, never to the agent. Only the dispatcher sets it
+	// (on the jobs it starts from GitHub events); a submitted job carrying
+	// one is refused (RefuseToken).
+	Token string `json:"token,omitempty" msgpack:"token,omitempty"`
+}
+
+// RefuseToken returns an error when job carries a workspace token: only
+// the fleet's own paths (GitHub events) may set one.
+func RefuseToken(job *Job) error {
+	if job != nil && job.Workspace != nil && job.Workspace.Token != "" {
+		return invalid("workspace.token", "is set by the fleet only (on jobs started by GitHub events); leave it out")
+	}
+	return nil
 }
 
 // CloneDepth is Depth with its default applied.
@@ -156,6 +172,9 @@ func (w *Workspace) validate() error {
 	}
 	if err := ValidRepo(w.Repo); err != nil {
 		return invalid("workspace.repo", err.Error())
+	}
+	if w.Token != "" && (len(w.Token) > 1024 || strings.ContainsAny(w.Token, " \t\r\n:@/") || !strings.HasPrefix(w.Repo, "https://") && !strings.HasPrefix(w.Repo, "http://")) {
+		return invalid("workspace.token", "must be a short token on an http(s) repo")
 	}
 	if w.Ref != "" {
 		if err := validRef(w.Ref); err != nil {

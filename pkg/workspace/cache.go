@@ -33,7 +33,7 @@ func (w *Workspaces) resolveCached(ctx context.Context, sb sandbox.Sandbox, spec
 		return nil, nil
 	}
 	ws := spec.Workspace
-	key, value, err := w.auth(sb, ws.Repo)
+	key, value, err := w.auth(sb, ws)
 	if err != nil {
 		return nil, err
 	}

@@ -279,7 +279,7 @@ func (w *Workspaces) push(ctx context.Context, sb sandbox.Sandbox, base Base, en
 	call := gitCall{step: "push", args: []string{"--git-dir=" + pushDir, "push", "-q", "--porcelain", "--no-verify",
 		repo, end + ":refs/heads/" + base.Branch}, network: true}
 	var err error
-	if call.authKey, call.authValue, err = w.auth(sb, repo); err != nil {
+	if call.authKey, call.authValue, err = w.auth(sb, base.Spec.Workspace); err != nil {
 		return err
 	}
 	r, err := w.git(ctx, sb, call)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 
 // Credentials are the worker's git credentials for http(s) remotes, read
@@ -199,4 +201,20 @@ func (c Credentials) match(rawURL string) (credential, bool) {
 		return credential{}, false
 	}
 	return entries[best], true
+}
+
+// tokenAuth is the http.<url>.extraHeader entry for a job's own token
+// (ws.Token: Basic auth of x-access-token and the token), scoped to the
+// repository's scheme and host; ok false without a token or an http(s)
+// repository.
+func tokenAuth(ws protocol.Workspace) (key, value string, ok bool) {
+	if ws.Token == "" {
+		return "", "", false
+	}
+	u, err := url.Parse(ws.Repo)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return "", "", false
+	}
+	e := credential{user: "x-access-token", password: ws.Token}
+	return "http." + u.Scheme + "://" + strings.ToLower(u.Host) + "/.extraHeader", "Authorization: " + e.authorization(), true
 }

@@ -170,7 +170,7 @@ func (w *Workspaces) Checkout(ctx context.Context, sb sandbox.Sandbox, spec Spec
 	}
 	args = append(args, "origin", ref)
 	call := gitCall{step: "fetch", args: args, network: true}
-	if call.authKey, call.authValue, err = w.auth(sb, ws.Repo); err != nil {
+	if call.authKey, call.authValue, err = w.auth(sb, ws); err != nil {
 		return fail(true, err.Error())
 	}
 	r, err := w.git(ctx, sb, call)
@@ -214,11 +214,17 @@ func (w *Workspaces) finishCheckout(ctx context.Context, sb sandbox.Sandbox, bas
 // auth returns the credential to hand to one git process for repo, if any.
 // A sandbox whose provider brokers credentials gets none; one that cannot
 // take a secret privately gets an error rather than a leak.
-func (w *Workspaces) auth(sb sandbox.Sandbox, repo string) (key, value string, err error) {
+//
+// A job's own token (ws.Token, which the fleet minted for this repository)
+// goes before the worker's credentials, scoped to the repository's host.
+func (w *Workspaces) auth(sb sandbox.Sandbox, ws protocol.Workspace) (key, value string, err error) {
 	if _, ok := sb.(sandbox.GitCredentialsBrokered); ok {
 		return "", "", nil
 	}
-	key, value, ok := w.cfg.Credentials.forRepo(repo)
+	key, value, ok := tokenAuth(ws)
+	if !ok {
+		key, value, ok = w.cfg.Credentials.forRepo(ws.Repo)
+	}
 	if !ok {
 		return "", "", nil
 	}
@@ -327,7 +333,7 @@ func (w *Workspaces) Restore(ctx context.Context, sb sandbox.Sandbox, base Base)
 		// The job's own URL, not the checkout's "origin": this fetch may
 		// run on the worker's side (hostgit.go).
 		call := gitCall{step: "fetchstart", args: append(args, spec.Workspace.Repo, start), network: true}
-		if call.authKey, call.authValue, err = w.auth(sb, spec.Workspace.Repo); err != nil {
+		if call.authKey, call.authValue, err = w.auth(sb, spec.Workspace); err != nil {
 			return base, false, fmt.Errorf("workspace: restore: %w", err)
 		}
 		r, err := w.git(ctx, sb, call)

@@ -62,6 +62,7 @@ func Exercise(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, f F
 		"PushAndRejectedPush":     s.testPush,
 		"CheckoutErrors":          s.testCheckoutErrors,
 		"CredentialsNeverVisible": s.testCredentials,
+		"JobTokenNeverVisible":    s.testJobToken,
 		"CaptureFailures":         s.testCaptureFailures,
 		"PutOnlyStore":            s.testPutOnlyStore,
 		"ManyFilesTruncated":      s.testManyFiles,
