@@ -30,7 +30,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/gateway"

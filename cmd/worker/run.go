@@ -12,7 +12,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // run is the worker command: parse, validate, connect and build, serve

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"
 )

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // traceAdmit records a job's admission as a fleet.admit span, from the

@@ -14,7 +14,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/schedule"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"

@@ -13,8 +13,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/httpapi"
-	"github.com/agentfleet/agentfleet/internal/tracing"
-	"github.com/agentfleet/agentfleet/internal/tracing/tracingtest"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )

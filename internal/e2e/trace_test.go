@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
-	"github.com/agentfleet/agentfleet/internal/tracing"
-	"github.com/agentfleet/agentfleet/internal/tracing/tracingtest"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 )
 

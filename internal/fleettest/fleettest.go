@@ -31,7 +31,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/natstest"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/standin"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/transcript"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/agent"

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/gateway"

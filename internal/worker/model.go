@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/admission"
 	"github.com/agentfleet/agentfleet/internal/jsconsumer"
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/pkg/agent"
 	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/protocol"

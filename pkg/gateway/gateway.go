@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // DefaultUpstream is the Anthropic API, the default --model-upstream.

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentfleet/agentfleet/internal/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // chatTrace is the span of one model call: "chat <model>", a child of its

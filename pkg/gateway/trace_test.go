@@ -11,8 +11,8 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/anthropicfake"
 	"github.com/agentfleet/agentfleet/pkg/gateway"
-	"github.com/agentfleet/agentfleet/internal/tracing"
-	"github.com/agentfleet/agentfleet/internal/tracing/tracingtest"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 )
 
 // TestChatSpanAndUpstreamTraceparent: a call of a run with a trace
