@@ -24,11 +24,8 @@ func decodeJob(contentType string, data []byte) (*protocol.Job, *protocol.ErrorI
 		}
 		err = job.Validate("", false)
 	}
-	if err == nil && job.Trigger != nil {
-		return nil, apiError(protocol.CodeInvalidJob, "trigger: set by the fleet on the jobs it starts (schedules, triggers); a submission may not name one")
-	}
 	if err == nil {
-		err = protocol.RefuseToken(job)
+		err = protocol.RefuseFleetOnly(job)
 	}
 	if err != nil {
 		return nil, apiError(protocol.CodeInvalidJob, err.Error())

@@ -62,6 +62,9 @@ func ScopeSubmission(tenant string, hdr nats.Header, data []byte) (*Submission, 
 	if err := job.Validate(tenant, true); err != nil {
 		return nil, err
 	}
+	if err := protocol.RefuseFleetOnly(job); err != nil {
+		return nil, err
+	}
 	id := hdr.Get(protocol.HeaderMsgID)
 	switch {
 	case id == "":

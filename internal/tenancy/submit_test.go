@@ -52,4 +52,10 @@ func TestTenantSubmitDedupe(t *testing.T) {
 	}
 	_, err = a.Publish(ctxT(t, 30*time.Second), "fleet.jobs.a", []byte(`{"id":"q3","prompt":"p","evil":1}`))
 	require.ErrorContains(t, err, `"evil": unknown field`)
+	// Fields only the fleet sets: a tenant cannot pass its job off as a
+	// schedule's, nor hand a worker a git token.
+	_, err = a.Publish(ctxT(t, 30*time.Second), "fleet.jobs.a", []byte(`{"id":"q4","prompt":"p","trigger":{"kind":"github","url":"https://x"}}`))
+	require.ErrorContains(t, err, "trigger")
+	_, err = a.Publish(ctxT(t, 30*time.Second), "fleet.jobs.a", []byte(`{"id":"q5","prompt":"p","workspace":{"repo":"https://git.example.com/r.git","token":"ghs_x"}}`))
+	require.ErrorContains(t, err, "workspace.token")
 }

@@ -63,6 +63,16 @@ func RefuseToken(job *Job) error {
 	return nil
 }
 
+// RefuseFleetOnly refuses a submitted job that carries a field only the
+// fleet sets on the jobs it starts itself: trigger (schedules, triggers,
+// GitHub) and workspace.token.
+func RefuseFleetOnly(job *Job) error {
+	if job != nil && job.Trigger != nil {
+		return invalid("trigger", "is set by the fleet on the jobs it starts (schedules, triggers, GitHub); leave it out")
+	}
+	return RefuseToken(job)
+}
+
 // CloneDepth is Depth with its default applied.
 func (w *Workspace) CloneDepth() int {
 	if w.Depth == nil {
