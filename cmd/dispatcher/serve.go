@@ -30,12 +30,12 @@ import (
 	"github.com/agentfleet/agentfleet/internal/httpserve"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/storage"
 	"github.com/agentfleet/agentfleet/pkg/storage/backends"
 	_ "github.com/agentfleet/agentfleet/pkg/storage/backends/all" // s3:// and cfkv://
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // serve runs `dispatcher serve`: parse and check the flags, build, run.

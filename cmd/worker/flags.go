@@ -13,11 +13,11 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/config"
 	"github.com/agentfleet/agentfleet/internal/pprofserve"
-	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/envcache"
 	"github.com/agentfleet/agentfleet/pkg/gateway"
 	"github.com/agentfleet/agentfleet/pkg/session"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // options are the worker command's flags (or their FLEET_* variables).

@@ -15,9 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentfleet/agentfleet/internal/provision"
-	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // SpendConsumer is the durable consumer (on FLEET_QUERIES, status events)

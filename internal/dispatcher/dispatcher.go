@@ -14,11 +14,11 @@ import (
 	"github.com/agentfleet/agentfleet/internal/github"
 	"github.com/agentfleet/agentfleet/internal/provision"
 	"github.com/agentfleet/agentfleet/internal/schedule"
-	"github.com/agentfleet/agentfleet/pkg/tracing"
 	"github.com/agentfleet/agentfleet/internal/trigger"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
 	"github.com/agentfleet/agentfleet/pkg/startstop"
 	"github.com/agentfleet/agentfleet/pkg/storage"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
 )
 
 // Durable consumer names of the dispatcher.

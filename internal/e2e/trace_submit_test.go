@@ -13,10 +13,10 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleetapi"
 	"github.com/agentfleet/agentfleet/internal/fleettest"
 	"github.com/agentfleet/agentfleet/internal/httpapi"
-	"github.com/agentfleet/agentfleet/pkg/tracing"
-	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 )
 
 // TestTraceOfAV1Submit: POST /v1/queries passes the request's traceparent

@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleettest"
-	"github.com/agentfleet/agentfleet/pkg/tracing"
-	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/agentfleet/agentfleet/pkg/protocol"
+	"github.com/agentfleet/agentfleet/pkg/tracing"
+	"github.com/agentfleet/agentfleet/pkg/tracing/tracingtest"
 )
 
 // TestTraceOfAJobWithATraceparent: a job published with a traceparent
