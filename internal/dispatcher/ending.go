@@ -85,8 +85,9 @@ func (x *ender) end(ctx context.Context, e ending) (bool, error) {
 		return false, fmt.Errorf("publishing the synthetic result: %w", err)
 	}
 	if ack.Duplicate {
-		// Another ender's line: store it under the place it has.
-		if seq, err = storedSeq(ctx, qs, ack.Sequence); err != nil {
+		// Another ender's line: store that line, under the place it has,
+		// so the transcript holds the line the stream has.
+		if seq, line, err = storedLine(ctx, qs, ack.Sequence); err != nil {
 			return false, err
 		}
 	}
@@ -135,15 +136,15 @@ func endingMsgID(e ending) string {
 	return "_end." + e.tenant + "." + e.id + "." + strconv.FormatUint(e.expectStatusSeq, 10)
 }
 
-// storedSeq is the Fleet-Seq of the line stored at stream sequence at.
-func storedSeq(ctx context.Context, qs jetstream.Stream, at uint64) (uint64, error) {
+// storedLine is the line stored at stream sequence at, and its Fleet-Seq.
+func storedLine(ctx context.Context, qs jetstream.Stream, at uint64) (uint64, []byte, error) {
 	m, err := qs.GetMsg(ctx, at)
 	if err != nil {
-		return 0, fmt.Errorf("reading the synthetic result already written: %w", err)
+		return 0, nil, fmt.Errorf("reading the synthetic result already written: %w", err)
 	}
 	seq, err := strconv.ParseUint(m.Header.Get(protocol.HeaderSeq), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("the synthetic result already written has no %s: %w", protocol.HeaderSeq, err)
+		return 0, nil, fmt.Errorf("the synthetic result already written has no %s: %w", protocol.HeaderSeq, err)
 	}
-	return seq, nil
+	return seq, m.Data, nil
 }
