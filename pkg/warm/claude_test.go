@@ -67,9 +67,11 @@ func TestIdleWarmAgentsCostNoCPU(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	t1, _ := cpuTicks(t, dirs)
 	t.Logf("%d idle warm agents (%d processes) used %d ticks in 5 s", n, procs, t1-t0)
-	// The bound: 1 tick (10 ms) a second per agent, 1% of a core; the CLI
-	// measured here uses about 0.3 ticks a second (its runtime's timers).
-	require.LessOrEqual(t, t1-t0, int64(n*5), "idle warm agents used CPU: %d ticks in 5 s", t1-t0)
+	// The bound: 2 ticks (20 ms) a second per agent, 2% of a core, far
+	// below an agent that polls or spins (100 ticks a second). The pinned
+	// CLI's own timers were measured at 0.3 to 1.5 ticks a second per idle
+	// agent on machines of this kind, the higher on 2026-12-07.
+	require.LessOrEqual(t, t1-t0, int64(n*2*5), "idle warm agents used CPU: %d ticks in 5 s", t1-t0)
 	require.Empty(t, fake.Conversation(), "no model call while idle")
 }
 
