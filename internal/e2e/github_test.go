@@ -124,7 +124,7 @@ func (g *fakeGitHub) checkJWT(auth string) error {
 		return &g.key.PublicKey, nil
 	})
 	if err != nil || !tok.Valid {
-		return fmt.Errorf("the JWT does not verify: %v", err)
+		return fmt.Errorf("the JWT does not verify: %w", err)
 	}
 	if claims.Issuer != strconv.FormatInt(g.appID, 10) {
 		return fmt.Errorf("issuer %q", claims.Issuer)

@@ -74,11 +74,11 @@ func (r Rule) Prompt(d PromptData) (string, error) {
 	}
 	t, err := template.New("prompt").Option("missingkey=error").Parse(src)
 	if err != nil {
-		return "", fmt.Errorf("%w: prompt template: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: prompt template: %w", ErrInvalid, err)
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, d); err != nil {
-		return "", fmt.Errorf("%w: prompt template: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: prompt template: %w", ErrInvalid, err)
 	}
 	return strings.TrimSpace(b.String()), nil
 }
@@ -112,7 +112,7 @@ func (r Rule) Check() error {
 	if r.Base != "" {
 		probe := protocol.Workspace{Repo: "https://example.com/r.git", Ref: r.Base}
 		if err := (&protocol.Job{ID: "p", Prompt: "p", Workspace: &probe}).Validate("", true); err != nil {
-			return fmt.Errorf("%w: base: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: base: %w", ErrInvalid, err)
 		}
 	}
 	_, err := r.Prompt(PromptData{Title: "t", Body: "b", Comment: "c", URL: "u", Repo: r.Repo, Author: "a", Number: 1})

@@ -71,7 +71,7 @@ func Compile(spec protocol.ScheduleSpec, now time.Time) (Compiled, error) {
 	}
 	sched, err := cronParser.Parse(expr)
 	if err != nil {
-		return Compiled{}, fmt.Errorf("cron: %q: %v", spec.Cron, err)
+		return Compiled{}, fmt.Errorf("cron: %q: %w", spec.Cron, err)
 	}
 	if spec.TZ != "" {
 		if _, err := time.LoadLocation(spec.TZ); err != nil || strings.EqualFold(spec.TZ, "local") {
@@ -99,8 +99,8 @@ func (c Compiled) Next(base, t time.Time) (time.Time, bool) {
 		if first.After(t) {
 			return first, true
 		}
-		n := t.Sub(first)/c.every + 1
-		return first.Add(n * c.every), true
+		k := int64(t.Sub(first)/c.every) + 1
+		return first.Add(c.every * time.Duration(k)), true
 	case !c.at.IsZero():
 		return c.at, c.at.After(t)
 	}

@@ -20,7 +20,7 @@ type outer struct {
 	Meta   map[string]string `json:"meta"`
 	When   *time.Time        `json:"when"`
 	Plain  int
-	hidden int    //nolint:unused // not a JSON field
+	hidden int    // not a JSON field
 	Skip   string `json:"-"`
 }
 

@@ -157,7 +157,7 @@ func Render(tmpl json.RawMessage, tenant string, fields map[string]any) (*protoc
 	dec := json.NewDecoder(bytes.NewReader(tmpl))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("%w: not JSON: %v", ErrTemplate, err)
+		return nil, fmt.Errorf("%w: not JSON: %w", ErrTemplate, err)
 	}
 	if _, ok := doc.(map[string]any); !ok {
 		return nil, fmt.Errorf("%w: must be a JSON object (a job)", ErrTemplate)
@@ -183,7 +183,7 @@ func Render(tmpl json.RawMessage, tenant string, fields map[string]any) (*protoc
 	jd := json.NewDecoder(bytes.NewReader(out))
 	jd.DisallowUnknownFields()
 	if err := jd.Decode(&job); err != nil {
-		return nil, fmt.Errorf("%w: not a job: %v", ErrTemplate, err)
+		return nil, fmt.Errorf("%w: not a job: %w", ErrTemplate, err)
 	}
 	if job.ID != "" || job.Trigger != nil {
 		return nil, fmt.Errorf("%w: id and trigger are set per delivery; leave them out", ErrTemplate)
@@ -195,10 +195,10 @@ func Render(tmpl json.RawMessage, tenant string, fields map[string]any) (*protoc
 	probe := job
 	probe.ID = "probe"
 	if err := probe.Validate("", true); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
+		return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	if err := protocol.RefuseToken(&probe); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
+		return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	return &job, nil
 }
@@ -213,11 +213,11 @@ func fill(v any, vals map[string]string, path string) (any, error) {
 		}
 		t, err := template.New(path).Option("missingkey=zero").Parse(x)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrTemplate, path, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrTemplate, path, err)
 		}
 		var b strings.Builder
 		if err := t.Execute(&b, vals); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrTemplate, path, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrTemplate, path, err)
 		}
 		return b.String(), nil
 	case map[string]any:
