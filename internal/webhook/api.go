@@ -134,6 +134,11 @@ func (s *Service) handle(ctx context.Context, op string, b []byte) Reply {
 		if err := s.endpoints.Delete(ctx, endpointKey(req.Tenant, req.Endpoint)); err != nil {
 			return fail(CodeInternal, "%v", err)
 		}
+		// Gone from ls at once, as an add is there at once (the watch
+		// follows, and closes its sender).
+		s.mu.Lock()
+		delete(s.byTen[req.Tenant], req.Endpoint)
+		s.mu.Unlock()
 		return Reply{}
 	default:
 		return s.deliveries(ctx, op, req)
