@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfleet/agentfleet/pkg/internal/rawio"
+	"github.com/agentfleet/agentfleet/pkg/rawio"
 )
 
 // killWait bounds how long killAll waits for killed processes to be gone.

@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfleet/agentfleet/pkg/internal/rawio"
+	"github.com/agentfleet/agentfleet/pkg/rawio"
 )
 
 // privateDirNames reports whether path is a directory (not a symlink) of

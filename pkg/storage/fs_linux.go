@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfleet/agentfleet/pkg/internal/rawio"
+	"github.com/agentfleet/agentfleet/pkg/rawio"
 )
 
 // haveSyncfs: syncfs(2) flushes every dirty page and inode of the
